@@ -1,0 +1,82 @@
+"""The Django admin for runs: read-only rows, and two actions through the transitions."""
+
+from collections import Counter
+
+from django.contrib import admin, messages
+
+from runs import transitions
+from runs.models import Run, RunEvent, Step
+
+
+class StepInline(admin.TabularInline):
+    model = Step
+    fields = ("index", "kind", "text", "tool_calls", "tokens_in", "tokens_out", "committed_at")
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+
+class EventInline(admin.TabularInline):
+    model = RunEvent
+    fields = ("seq", "kind", "at", "actor", "source", "data")
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+
+@admin.register(Run)
+class RunAdmin(admin.ModelAdmin):
+    list_display = (
+        "id", "title", "agent", "status", "termination_reason", "truncated",
+        "cancel_requested_at", "created_at", "heartbeat_at", "worker",
+    )
+    list_filter = ("status", "termination_reason", "agent")
+    search_fields = ("id", "title", "agent")
+    date_hierarchy = "created_at"
+    inlines = (StepInline, EventInline)
+    actions = ("request_cancel", "retire")
+
+    # Rows change only through runs.transitions: the admin can look, never save a run
+    # (a save would write every field back, status included, over a concurrent settle).
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def has_cancel_permission(self, request):
+        return request.user.has_perm("runs.cancel_run")
+
+    @admin.action(description="Request cancel", permissions=["cancel"])
+    def request_cancel(self, request, queryset):
+        outcomes = Counter(
+            transitions.request_cancel(run_id, by=request.user, source=Run.CancelSource.ADMIN)
+            for run_id in queryset.values_list("pk", flat=True)
+        )
+        self.message_user(request, summarize(outcomes), messages.SUCCESS)
+
+    @admin.action(description="Retire (force cancel)", permissions=["cancel"])
+    def retire(self, request, queryset):
+        outcomes = Counter(
+            transitions.CancelOutcome.SETTLED
+            if transitions.force_cancel(run_id, by=request.user, source=Run.CancelSource.ADMIN)
+            else transitions.CancelOutcome.ALREADY_TERMINAL
+            for run_id in queryset.values_list("pk", flat=True)
+        )
+        self.message_user(request, summarize(outcomes), messages.SUCCESS)
+
+
+def summarize(outcomes):
+    """'2 requested, 1 settled, 3 already terminal' — every outcome counted, none hidden."""
+    labels = {
+        transitions.CancelOutcome.REQUESTED: "requested",
+        transitions.CancelOutcome.ALREADY_REQUESTED: "already requested",
+        transitions.CancelOutcome.SETTLED: "settled",
+        transitions.CancelOutcome.ALREADY_TERMINAL: "already terminal",
+        transitions.CancelOutcome.NOT_FOUND: "not found",
+    }
+    parts = [f"{outcomes[o]} {label}" for o, label in labels.items() if outcomes[o]]
+    return ", ".join(parts) or "nothing selected"

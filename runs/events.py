@@ -1,0 +1,26 @@
+"""Appending to a run's timeline.
+
+Each event takes the next per-run `seq` from `Run.event_seq`, bumped in the same
+UPDATE that changes the run when there is one, so a viewer that reconnects asks for
+"everything after seq N" and gets no gap and no duplicate.
+"""
+
+from django.db import transaction
+from django.db.models import F
+
+from runs.models import Run, RunEvent
+
+
+def append(run_id, kind, *, actor="", source="", **data):
+    """Write one event outside a status change (late settles, discarded steps, inputs)."""
+    with transaction.atomic():
+        Run.objects.filter(pk=run_id).update(event_seq=F("event_seq") + 1)
+        seq = Run.objects.filter(pk=run_id).values_list("event_seq", flat=True).get()
+        return RunEvent.objects.create(
+            run_id=run_id, seq=seq, kind=kind, actor=actor, source=source, data=data
+        )
+
+
+def after(run_id, seq, limit=500):
+    """Events of one run after `seq`, in order: the catch-up for a reconnecting viewer."""
+    return list(RunEvent.objects.filter(run_id=run_id, seq__gt=seq).order_by("seq")[:limit])

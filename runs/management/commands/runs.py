@@ -1,0 +1,133 @@
+"""`manage.py runs …` — the operator's command line for runs.
+
+Exit codes of `runs cancel`: 0 requested, settled or already requested; 1 already
+terminal (its status and reason are printed); 2 an unknown or malformed id.
+"""
+
+from datetime import timedelta
+
+from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
+
+from runs import queries, transitions
+from runs.durations import parse_duration
+from runs.models import Run
+from runs.transitions import CancelOutcome
+
+CANCEL_MESSAGES = {
+    CancelOutcome.REQUESTED: "cancel requested: the worker stops at its next checkpoint",
+    CancelOutcome.ALREADY_REQUESTED: "cancel was already requested; still cancelling",
+    CancelOutcome.SETTLED: "run was queued: cancelled at once",
+}
+
+
+def duration(text):
+    try:
+        return parse_duration(text)
+    except ValueError as error:
+        raise CommandError(str(error), returncode=2) from None
+
+
+class Command(BaseCommand):
+    help = "Inspect and stop runs: cancel, show, list, stuck, reap."
+
+    def add_arguments(self, parser):
+        sub = parser.add_subparsers(dest="action", required=True)
+        cancel = sub.add_parser("cancel", help="ask a run to stop (or retire it with --force)")
+        cancel.add_argument("run_id")
+        cancel.add_argument("--force", action="store_true", help="retire: cancel now, without the worker")
+        cancel.add_argument("--note", default="", help="why, for the timeline")
+        show = sub.add_parser("show", help="one run with its timeline")
+        show.add_argument("run_id")
+        listing = sub.add_parser("list", help="newest runs first")
+        listing.add_argument("--status", choices=Run.Status.values)
+        listing.add_argument("--limit", type=int, default=50)
+        stuck = sub.add_parser("stuck", help="live runs with a stale heartbeat")
+        stuck.add_argument("--older-than", default="30s", dest="older_than")
+        reap = sub.add_parser("reap", help="settle stale runs as failed / worker_lost")
+        reap.add_argument("--older-than", default="60s", dest="older_than")
+
+    def handle(self, *args, action, **options):
+        getattr(self, f"do_{action}")(**options)
+
+    def _get(self, run_id):
+        parsed = transitions.parse_id(run_id)
+        run = Run.objects.filter(pk=parsed).first() if parsed else None
+        if run is None:
+            raise CommandError(f"no run with id {run_id!r}", returncode=2)
+        return run
+
+    def do_cancel(self, run_id, force, note, **_):
+        if force:
+            self._get(run_id)  # exit 2 for an unknown id before trying
+            if transitions.force_cancel(run_id, by="cli", note=note, source=Run.CancelSource.CLI):
+                self.stdout.write("run retired: cancelled now")
+                return
+            outcome = CancelOutcome.ALREADY_TERMINAL
+        else:
+            outcome = transitions.request_cancel(run_id, by="cli", source=Run.CancelSource.CLI, note=note)
+        if outcome == CancelOutcome.NOT_FOUND:
+            raise CommandError(f"no run with id {run_id!r}", returncode=2)
+        if outcome == CancelOutcome.ALREADY_TERMINAL:
+            run = self._get(run_id)
+            raise CommandError(
+                f"run already ended: {run.status} / {run.reason_label}", returncode=1
+            )
+        self.stdout.write(CANCEL_MESSAGES[outcome])
+
+    def do_show(self, run_id, **_):
+        run = self._get(run_id)
+        fields = [
+            ("id", run.id), ("agent", run.agent), ("title", run.title), ("status", run.status),
+            ("reason", run.reason_label or "-"), ("truncated", run.truncated),
+            ("worker", run.worker or "-"), ("created", run.created_at), ("started", run.started_at),
+            ("finished", run.finished_at), ("heartbeat", run.heartbeat_at),
+            ("cancel requested", _cancel_line(run)),
+            ("totals", f"{run.steps} steps, {run.tool_calls} tool calls, "
+                       f"{run.tokens_in}/{run.tokens_out} tokens in/out, cost {run.cost}"),
+            ("error", f"{run.error_class}: {run.error_message}" if run.error_class else "-"),
+            ("retry of", run.retry_of_id or "-"),
+        ]
+        for label, value in fields:
+            self.stdout.write(f"{label:>17}  {value if value is not None else '-'}")
+        self.stdout.write("timeline:")
+        for event in run.events.order_by("seq"):
+            who = f" by {event.actor}" if event.actor else ""
+            via = f" via {event.source}" if event.source else ""
+            self.stdout.write(f"  #{event.seq:<4} {event.at:%Y-%m-%d %H:%M:%S} {event.kind}{who}{via} {event.data}")
+
+    def do_list(self, status, limit, **_):
+        runs = Run.objects.order_by("-created_at", "-id")
+        if status:
+            runs = runs.filter(status=status)
+        for run in runs[: max(limit, 1)]:
+            self.stdout.write(_row(run))
+
+    def do_stuck(self, older_than, **_):
+        for run in queries.stuck(duration(older_than)):
+            age = timezone.now() - run.heartbeat_at if run.heartbeat_at else None
+            self.stdout.write(f"{_row(run)}  heartbeat {_age(age)} ago")
+
+    def do_reap(self, older_than, **_):
+        reaped = transitions.reap_stale(older_than=duration(older_than))
+        self.stdout.write(f"reaped {len(reaped)} run(s)")
+        for run_id in reaped:
+            self.stdout.write(f"  {run_id}")
+
+
+def _row(run):
+    cancelling = " cancelling…" if run.is_cancelling else ""
+    return f"{run.id}  {run.status:<20} {run.reason_label or '-':<17} {run.agent:<12} {run.title}{cancelling}"
+
+
+def _cancel_line(run):
+    if not run.cancel_requested_at:
+        return "-"
+    note = f" ({run.cancel_note})" if run.cancel_note else ""
+    return f"{run.cancel_requested_at} by {run.cancel_requested_by or '?'} via {run.cancel_source}{note}"
+
+
+def _age(delta):
+    if delta is None:
+        return "never"
+    return f"{int(delta / timedelta(seconds=1))}s"

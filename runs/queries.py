@@ -1,0 +1,19 @@
+"""Read-only questions about runs, shared by the CLI, the admin and the dashboard."""
+
+from django.db.models import DateTimeField, ExpressionWrapper, Q
+from django.db.models.functions import Now
+
+from runs.models import Run
+
+
+def stale_before(older_than):
+    """The database clock minus `older_than`: every node compares against one clock."""
+    return ExpressionWrapper(Now() - older_than, output_field=DateTimeField())
+
+
+def stuck(older_than):
+    """Live runs whose heartbeat is older than `older_than`, oldest heartbeat first."""
+    cutoff = stale_before(older_than)
+    return Run.objects.filter(
+        Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True), status__in=Run.LIVE
+    ).order_by("heartbeat_at")

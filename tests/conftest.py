@@ -1,0 +1,36 @@
+import pytest
+from django.db import connection
+
+from runs import transitions
+
+
+@pytest.fixture
+def make_run(db):
+    """Create a queued run (through the transitions, as everything else does)."""
+
+    def make(**kwargs):
+        kwargs.setdefault("agent", "scripted")
+        kwargs.setdefault("title", "a run")
+        return transitions.create_run(**kwargs)
+
+    return make
+
+
+@pytest.fixture
+def running_run(make_run):
+    """A run claimed by worker `w1`."""
+
+    def make(worker="w1", **kwargs):
+        run = make_run(**kwargs)
+        assert transitions.claim(run.id, worker=worker)
+        run.refresh_from_db()
+        return run
+
+    return make
+
+
+@pytest.fixture
+def postgres(transactional_db):
+    """Real races need PostgreSQL (row locks, many connections); skip elsewhere."""
+    if connection.vendor != "postgresql":
+        pytest.skip("needs PostgreSQL: run `make test` with it reachable")
