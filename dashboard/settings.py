@@ -93,7 +93,8 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL]},
+            # A prefix per deployment (or per test suite) keeps group names apart.
+            "CONFIG": {"hosts": [REDIS_URL], "prefix": os.environ.get("RUNWARDEN_CHANNEL_PREFIX", "runwarden")},
         }
     }
 else:

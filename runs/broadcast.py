@@ -1,6 +1,6 @@
 """After-commit broadcasts of run changes over the channel layer.
 
-Transitions call `on_commit` so nothing is announced that a rollback could take back.
+Writers call `on_commit` so nothing is announced that a rollback could take back.
 A broadcast is best effort: the database is the truth, and a viewer or worker that
 missed one catches up from it (the worker through its heartbeat's answer).
 """
@@ -15,6 +15,8 @@ from django.db import transaction
 from runs import groups
 
 log = logging.getLogger(__name__)
+
+CANCELLING_EVENTS = ("cancel_requested", "retired")
 
 
 def on_commit(run, event):
@@ -31,22 +33,14 @@ def announce(run, event):
         "event": event.kind,
     }
     sends = [(groups.LIST_GROUP, message), (groups.viewers(run.id), message)]
-    if event.kind in ("cancel_requested", "retired") and not event.data.get("settled_queued"):
-        sends.append(
-            (
-                groups.control(run.id),
-                {
-                    "type": "run.cancel",
-                    "run_id": str(run.id),
-                    "source": run.cancel_source,
-                    "note": run.cancel_note,
-                },
-            )
-        )
+    if event.kind in CANCELLING_EVENTS and not event.data.get("settled_queued"):
+        control = {"type": "run.cancel", "run_id": str(run.id), "source": run.cancel_source, "note": run.cancel_note}
+        sends.append((groups.control(run.id), control))
     send_all(sends)
 
 
 def send_all(sends):
+    """group_send each (group, message); a failure is logged, never raised."""
     layer = get_channel_layer()
     if layer is None:
         return

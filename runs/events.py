@@ -8,17 +8,21 @@ UPDATE that changes the run when there is one, so a viewer that reconnects asks 
 from django.db import transaction
 from django.db.models import F
 
+from runs import broadcast
 from runs.models import Run, RunEvent
 
 
 def append(run_id, kind, *, actor="", source="", **data):
-    """Write one event outside a status change (late settles, discarded steps, inputs)."""
+    """Write one event outside a status change (late settles, steps, inputs) and
+    broadcast it after commit. The UPDATE also locks the run row until commit."""
     with transaction.atomic():
         Run.objects.filter(pk=run_id).update(event_seq=F("event_seq") + 1)
-        seq = Run.objects.filter(pk=run_id).values_list("event_seq", flat=True).get()
-        return RunEvent.objects.create(
-            run_id=run_id, seq=seq, kind=kind, actor=actor, source=source, data=data
+        run = Run.objects.only("id", "status", "event_seq", "cancel_source", "cancel_note").get(pk=run_id)
+        event = RunEvent.objects.create(
+            run_id=run_id, seq=run.event_seq, kind=kind, actor=actor, source=source, data=data
         )
+        broadcast.on_commit(run, event)
+    return event
 
 
 def after(run_id, seq, limit=500):

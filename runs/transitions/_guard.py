@@ -1,0 +1,127 @@
+"""The guard behind every transition: the allowed-from table and the one helper that
+does the conditional UPDATE, writes the event and schedules the broadcast."""
+
+import enum
+import logging
+import uuid
+from dataclasses import dataclass
+
+from django.db import transaction
+from django.db.models import Case, F, Q, Value, When
+from django.db.models.functions import Now
+
+from runs import broadcast, events
+from runs.models import Run, RunEvent, RunInput
+
+log = logging.getLogger("runs.transitions")
+
+S = Run.Status
+R = Run.TerminationReason
+E = RunEvent.Kind
+
+ALLOWED_FROM = {
+    "claim": (S.QUEUED,),
+    "heartbeat": Run.LIVE,
+    "cancel_queued": (S.QUEUED,),
+    "request_cancel": Run.LIVE,
+    "suspend": (S.RUNNING,),
+    "resume": Run.WAITING,
+    "settle": Run.LIVE,
+    "force_cancel": Run.NON_TERMINAL,
+    "reap": (S.RUNNING,),
+}
+TOTALS = ("tokens_in", "tokens_out", "cost", "steps", "tool_calls")
+ERROR_MESSAGE_LIMIT = 2000
+
+
+class CancelOutcome(enum.StrEnum):
+    REQUESTED = "requested"  # a live run: its worker will stop at its next checkpoint
+    ALREADY_REQUESTED = "already_requested"  # asked before; still cancelling
+    SETTLED = "settled"  # it was queued: cancelled at once
+    ALREADY_TERMINAL = "already_terminal"  # it had ended; nothing changed
+    NOT_FOUND = "not_found"  # no such run (or a malformed id)
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    held: bool  # False once the run is terminal or held by another worker: stop working on it
+    cancel_requested: bool  # the slow path of cancel delivery
+    status: str = ""  # "" when the run does not exist
+
+
+def parse_id(run_id):
+    """A UUID, or None for anything that is not one (callers answer NOT_FOUND)."""
+    if isinstance(run_id, uuid.UUID):
+        return run_id
+    try:
+        return uuid.UUID(str(run_id))
+    except ValueError:
+        return None
+
+
+def actor_name(by):
+    if by is None:
+        return ""
+    if hasattr(by, "get_username"):
+        return by.get_username()
+    return str(by)[:150]
+
+
+def guarded(run_id, verb, *, event, guard=None, actor="", source="", data=None, **changes):
+    """The one conditional UPDATE behind every transition.
+
+    Returns the run as it stands after the change, or None when the guard refused
+    (wrong status, another worker, no such run): then nothing was written.
+    """
+    run_id = parse_id(run_id)
+    if run_id is None:
+        return None
+    rows = Run.objects.filter(pk=run_id, status__in=ALLOWED_FROM[verb])
+    if guard is not None:
+        rows = rows.filter(guard)
+    with transaction.atomic():
+        if not rows.update(event_seq=F("event_seq") + 1, **changes):
+            return None
+        run = Run.objects.get(pk=run_id)
+        payload = {"status": run.status, **(data or {})}
+        if run.is_terminal:
+            payload["reason"] = run.termination_reason
+        event_row = RunEvent.objects.create(
+            run=run, seq=run.event_seq, kind=event, actor=actor, source=source, data=payload
+        )
+        if run.status in (S.FAILED, S.CANCELLED):
+            resolve_queued_inputs(run)
+        broadcast.on_commit(run, event_row)
+    return run
+
+
+def resolve_queued_inputs(run):
+    """An abnormal ending cancels still-queued inputs, exactly once, with the reason."""
+    resolution = (
+        RunInput.Resolution.FAILED if run.status == S.FAILED else RunInput.Resolution.INTERRUPTED
+    )
+    queued = RunInput.objects.filter(run=run, status=RunInput.Status.QUEUED)
+    ids = list(queued.values_list("pk", flat=True))
+    if not ids:
+        return
+    # The status guard makes a second resolution a no-op: inputs are never resolved twice.
+    resolved = RunInput.objects.filter(pk__in=ids, status=RunInput.Status.QUEUED).update(
+        status=RunInput.Status.CANCELLED, resolution=resolution, resolved_at=Now()
+    )
+    if resolved:
+        events.append(run.id, E.INPUT_CANCELLED, inputs=ids, resolution=resolution)
+
+
+def terminal(status, reason):
+    return {"status": status, "termination_reason": reason, "finished_at": Now()}
+
+
+def cancel_wins(failed_reason):
+    """A failure arriving while a cancel is pending is recorded as cancelled: the stop
+    came first. Evaluated inside the UPDATE, so no read can go stale."""
+    pending = Q(cancel_requested_at__isnull=False)
+    return {
+        "status": Case(When(pending, then=Value(S.CANCELLED)), default=Value(S.FAILED)),
+        "termination_reason": Case(When(pending, then=Value(R.CANCELLED)), default=Value(failed_reason)),
+        "finished_at": Now(),
+    }

@@ -1,0 +1,188 @@
+"""The ways out: request cancel, retire, reap, settle."""
+
+from decimal import Decimal
+
+from django.db.models import Case, F, Q, Value, When
+from django.db.models.functions import Coalesce, Now
+
+from runs import events, queries
+from runs.models import Run
+from runs.transitions._guard import (
+    ALLOWED_FROM, E, R, S, CancelOutcome, actor_name, cancel_wins, guarded, log, parse_id, terminal,
+)
+
+TOTALS = ("tokens_in", "tokens_out", "cost", "steps", "tool_calls")
+ERROR_MESSAGE_LIMIT = 2000
+
+
+def request_cancel(run_id, *, by=None, source=Run.CancelSource.USER, note=""):
+    """Ask a run to stop. A queued run is cancelled at once (SETTLED); a live one is
+    flagged and its worker signalled (REQUESTED); asking twice is ALREADY_REQUESTED."""
+    if source not in Run.CancelSource.values:
+        raise ValueError(f"unknown cancel source {source!r}")
+    actor, note = actor_name(by), (note or "")[:500]
+    request = {
+        "cancel_requested_at": Now(),
+        "cancel_requested_by": actor,
+        "cancel_source": source,
+        "cancel_note": note,
+    }
+    common = {"event": E.CANCEL_REQUESTED, "actor": actor, "source": source}
+    settled = guarded(
+        run_id,
+        "cancel_queued",
+        data={"note": note, "settled_queued": True},
+        **common,
+        **request,
+        **terminal(S.CANCELLED, R.CANCELLED),
+    )
+    if settled is not None:
+        return CancelOutcome.SETTLED
+    requested = guarded(
+        run_id,
+        "request_cancel",
+        guard=Q(cancel_requested_at__isnull=True),
+        data={"note": note},
+        **common,
+        **request,
+    )
+    if requested is not None:
+        return CancelOutcome.REQUESTED
+    run_id = parse_id(run_id)
+    status = Run.objects.filter(pk=run_id).values_list("status", flat=True).first() if run_id else None
+    if status is None:
+        return CancelOutcome.NOT_FOUND
+    if status in Run.TERMINAL:
+        return CancelOutcome.ALREADY_TERMINAL
+    return CancelOutcome.ALREADY_REQUESTED
+
+
+def force_cancel(run_id, *, by=None, note="", source=Run.CancelSource.USER):
+    """Retire a run whose worker is gone: any non-terminal run becomes cancelled now.
+    The totals it reached are kept. False when it had already ended."""
+    actor, note = actor_name(by), (note or "")[:500]
+    no_request = Q(cancel_requested_at__isnull=True)
+    run = guarded(
+        run_id,
+        "force_cancel",
+        event=E.RETIRED,
+        actor=actor,
+        source=source,
+        data={"note": note},
+        # Keep an earlier request's who/when: the timeline shows both.
+        cancel_requested_at=Coalesce(F("cancel_requested_at"), Now()),
+        cancel_requested_by=Case(When(no_request, then=Value(actor)), default=F("cancel_requested_by")),
+        cancel_source=Case(When(no_request, then=Value(source)), default=F("cancel_source")),
+        cancel_note=Case(When(no_request, then=Value(note)), default=F("cancel_note")),
+        **terminal(S.CANCELLED, R.CANCELLED),
+    )
+    return run is not None
+
+
+def reap_stale(*, older_than, limit=500):
+    """Settle running runs whose heartbeat is older than `older_than` (a timedelta) as
+    failed / worker_lost (retryable). Staleness is re-checked inside each UPDATE, so a
+    heartbeat landing at the same moment wins. Returns the ids it settled."""
+    cutoff = queries.stale_before(older_than)
+    stale = Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True)
+    candidates = Run.objects.filter(stale, status__in=ALLOWED_FROM["reap"])
+    reaped = []
+    for run_id in candidates.values_list("pk", flat=True)[:limit]:
+        run = guarded(
+            run_id,
+            "reap",
+            event=E.REAPED,
+            guard=stale,
+            actor="watchdog",
+            source=Run.CancelSource.WATCHDOG,
+            data={"older_than_s": older_than.total_seconds()},
+            **cancel_wins(R.WORKER_LOST),
+        )
+        if run is not None:
+            log.info("reaped run %s: heartbeat older than %s", run_id, older_than)
+            reaped.append(run_id)
+    return reaped
+
+
+def settle(
+    run_id,
+    *,
+    status,
+    reason,
+    worker=None,
+    truncated=False,
+    totals=None,
+    error_class="",
+    error_message="",
+):
+    """End a live run. Guarded on non-terminal and, with `worker`, on that worker
+    holding it. Returns False for a late or duplicate settle, which changes nothing,
+    keeps the first outcome, logs one INFO line and writes `late_settle_ignored`."""
+    if reason not in Run.REASONS.get(status, ()):
+        raise ValueError(f"{reason!r} is not a termination reason for {status!r}")
+    if truncated and reason not in Run.TRUNCATING:
+        raise ValueError(f"{reason!r} cannot be truncated")
+    outcome = cancel_wins(reason) if status == S.FAILED else terminal(status, reason)
+    changes = {
+        **outcome,
+        **_totals(totals),
+        "truncated": truncated,
+        "error_class": (error_class or "")[:200],
+        "error_message": safe_message(error_message),
+    }
+    run = guarded(
+        run_id,
+        "settle",
+        event=E.SETTLED,
+        guard=Q(worker=worker) if worker else None,
+        actor=worker or "",
+        data={"truncated": truncated, "error_class": changes["error_class"]},
+        **changes,
+    )
+    if run is None:
+        _ignore_late_settle(run_id, worker, status, reason)
+        return False
+    if run.status == S.COMPLETED and run.cancel_requested_at is not None:
+        events.append(run.id, E.CANCEL_TOO_LATE, actor=worker or "", source=run.cancel_source)
+    return True
+
+
+def _ignore_late_settle(run_id, worker, status, reason):
+    run_id = parse_id(run_id)
+    standing = Run.objects.filter(pk=run_id).values("status", "termination_reason", "worker").first()
+    if standing is None:
+        return
+    log.info(
+        "late settle ignored: run %s refused %s/%s from worker %r; %s/%s stands",
+        run_id, status, reason, worker or "", standing["status"], standing["termination_reason"],
+    )
+    events.append(
+        run_id,
+        E.LATE_SETTLE_IGNORED,
+        actor=worker or "",
+        refused={"status": status, "reason": reason},
+        standing={"status": standing["status"], "reason": standing["termination_reason"]},
+    )
+
+
+def _totals(totals):
+    if not totals:
+        return {}
+    unknown = set(totals) - set(TOTALS)
+    if unknown:
+        raise ValueError(f"unknown totals: {', '.join(sorted(unknown))}")
+    clean = {}
+    for name, value in totals.items():
+        if name == "cost":
+            clean[name] = Decimal(str(value))
+        elif isinstance(value, int) and value >= 0:
+            clean[name] = value
+        else:
+            raise ValueError(f"total {name} must be a non-negative integer")
+    return clean
+
+
+def safe_message(message):
+    """What may be shown to an operator: printable, one paragraph, bounded."""
+    text = "".join(ch if ch.isprintable() or ch in "\n\t" else "?" for ch in str(message or ""))
+    return text[:ERROR_MESSAGE_LIMIT]

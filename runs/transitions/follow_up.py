@@ -1,0 +1,64 @@
+"""After and beside the lifecycle: retry a run, queue and consume its inputs."""
+
+from django.db import transaction
+from django.db.models.functions import Now
+
+from runs import events
+from runs.models import Run, RunInput
+from runs.transitions._guard import E, actor_name, parse_id
+from runs.transitions.lifecycle import create_run
+
+def retry(run_id, *, by=None):
+    """Queue a fresh run copying a terminal, retryable one (linked by `retry_of`).
+    Once per run: None when it is not retryable or was retried already."""
+    run_id = parse_id(run_id)
+    if run_id is None:
+        return None
+    once = Run.objects.filter(
+        pk=run_id,
+        status__in=Run.TERMINAL,
+        termination_reason__in=Run.RETRYABLE,
+        retried_at__isnull=True,
+    )
+    with transaction.atomic():
+        if not once.update(retried_at=Now()):
+            return None
+        original = Run.objects.get(pk=run_id)
+        new = create_run(
+            agent=original.agent,
+            title=original.title,
+            input=original.input,
+            max_iterations=original.max_iterations,
+            token_budget=original.token_budget,
+            cost_budget=original.cost_budget,
+            retry_of=original,
+        )
+        events.append(original.id, E.RETRIED, actor=actor_name(by), new_run=str(new.id))
+    return new
+
+
+def queue_input(run_id, *, kind, payload, by=None):
+    """Queue an operator input for a non-terminal run; None when it has ended."""
+    run_id = parse_id(run_id)
+    with transaction.atomic():
+        live = Run.objects.filter(pk=run_id, status__in=Run.NON_TERMINAL)
+        # Lock the run row so a settle cannot slip between the check and the insert and
+        # strand the input as queued forever (settle takes the same row in its UPDATE).
+        if run_id is None or not live.select_for_update().exists():
+            return None
+        item = RunInput.objects.create(run_id=run_id, kind=kind, payload=payload, created_by=actor_name(by))
+        events.append(run_id, E.INPUT_QUEUED, actor=actor_name(by), input=item.pk, kind=kind)
+    return item
+
+
+def consume_inputs(run_id, *, kind=None):
+    """Take the run's queued inputs (oldest first), each exactly once."""
+    with transaction.atomic():
+        queued = RunInput.objects.filter(run_id=run_id, status=RunInput.Status.QUEUED)
+        if kind:
+            queued = queued.filter(kind=kind)
+        items = list(queued.select_for_update().order_by("created_at", "id"))
+        RunInput.objects.filter(pk__in=[i.pk for i in items], status=RunInput.Status.QUEUED).update(
+            status=RunInput.Status.CONSUMED, resolved_at=Now()
+        )
+    return items

@@ -1,0 +1,157 @@
+"""Create, claim, heartbeat, suspend and resume."""
+
+from decimal import Decimal, InvalidOperation
+
+from django.db import transaction
+from django.db.models import Q
+from django.db.models.functions import Now
+
+from runs import broadcast
+from runs.models import Run, RunEvent, RunInput
+from runs.transitions._guard import ALLOWED_FROM, E, S, Heartbeat, actor_name, guarded, parse_id
+
+def create_run(
+    *,
+    agent,
+    title="",
+    input=None,
+    max_iterations=None,
+    token_budget=None,
+    cost_budget=None,
+    deadline=None,
+    retry_of=None,
+):
+    """Create a queued run and its `created` event. Raises ValueError for bad limits."""
+    agent = (agent or "").strip()
+    if not agent or len(agent) > 100:
+        raise ValueError("agent must be a non-empty name of at most 100 characters")
+    for name, value in (("max_iterations", max_iterations), ("token_budget", token_budget)):
+        if value is not None and (not isinstance(value, int) or value < 1):
+            raise ValueError(f"{name} must be a positive integer")
+    if cost_budget is not None:
+        try:
+            cost_budget = Decimal(str(cost_budget))
+        except InvalidOperation:
+            raise ValueError("cost_budget must be a number") from None
+        if not cost_budget.is_finite() or cost_budget <= 0:
+            raise ValueError("cost_budget must be a positive number")
+    with transaction.atomic():
+        run = Run.objects.create(
+            agent=agent,
+            title=(title or "")[:300],
+            input=input if input is not None else {},
+            max_iterations=max_iterations,
+            token_budget=token_budget,
+            cost_budget=cost_budget,
+            deadline=deadline,
+            retry_of=retry_of,
+            event_seq=1,
+        )
+        data = {"status": run.status}
+        if retry_of is not None:
+            data["retry_of"] = str(retry_of.pk)
+        created = RunEvent.objects.create(run=run, seq=1, kind=E.CREATED, data=data)
+        broadcast.on_commit(run, created)
+    return run
+
+
+def claim(run_id, *, worker):
+    """Take a queued run for `worker`. False when it is not queued any more."""
+    return _claim(run_id, worker) is not None
+
+
+def _claim(run_id, worker):
+    return guarded(
+        run_id,
+        "claim",
+        event=E.CLAIMED,
+        actor=worker,
+        status=S.RUNNING,
+        worker=worker,
+        started_at=Now(),
+        heartbeat_at=Now(),
+    )
+
+
+def claim_next(*, worker, agents=None):
+    """Claim the oldest queued run (of `agents`, if given); None when there is none.
+
+    On PostgreSQL the candidate is locked with FOR UPDATE SKIP LOCKED so many workers
+    claim different runs without waiting on each other; SQLite serialises writers with
+    IMMEDIATE transactions instead. Either way the UPDATE re-checks `status = queued`.
+    """
+    for _ in range(5):
+        with transaction.atomic():
+            queued = Run.objects.filter(status=S.QUEUED)
+            if agents:
+                queued = queued.filter(agent__in=list(agents))
+            candidate = (
+                queued.order_by("created_at")
+                .select_for_update(skip_locked=True)
+                .values_list("pk", flat=True)
+                .first()
+            )
+            if candidate is None:
+                return None
+            run = _claim(candidate, worker)
+            if run is not None:
+                return run
+    return None
+
+
+def heartbeat(run_id, *, worker):
+    """Record that `worker` is alive on the run; answer whether it still holds it and
+    whether a cancel is pending (the slow path, for when the fast one is down)."""
+    run_id = parse_id(run_id)
+    if run_id is None:
+        return Heartbeat(held=False, cancel_requested=False)
+    beat = Run.objects.filter(pk=run_id, status__in=ALLOWED_FROM["heartbeat"], worker=worker)
+    updated = beat.update(heartbeat_at=Now())
+    row = Run.objects.filter(pk=run_id).values("status", "worker", "cancel_requested_at").first()
+    if row is None:
+        return Heartbeat(held=False, cancel_requested=False)
+    held = bool(updated) and row["status"] in Run.LIVE and row["worker"] == worker
+    return Heartbeat(
+        held=held, cancel_requested=row["cancel_requested_at"] is not None, status=row["status"]
+    )
+
+
+def suspend(run_id, *, worker, status, request=None):
+    """Park a running run waiting for input or approval (`request` says what for).
+    False when the worker does not hold it or a cancel is pending."""
+    if status not in Run.WAITING:
+        raise ValueError(f"cannot suspend into {status!r}")
+    run = guarded(
+        run_id,
+        "suspend",
+        event=E.SUSPENDED,
+        guard=Q(worker=worker, cancel_requested_at__isnull=True),
+        actor=worker,
+        data={"request": request},
+        status=status,
+        pending_request=request,
+    )
+    return run is not None
+
+
+def resume(run_id, *, by=None, answer=None, source=Run.CancelSource.USER):
+    """Answer a waiting run and set it running again. Claimed once: of two answers
+    racing, one returns True; the other changes nothing and returns False. The answer
+    is queued as a RunInput for the worker."""
+    actor, answer = actor_name(by), answer or {}
+    with transaction.atomic():
+        run = guarded(
+            run_id,
+            "resume",
+            event=E.RESUMED,
+            actor=actor,
+            source=source,
+            data={"answer": answer},
+            status=S.RUNNING,
+            pending_request=None,
+        )
+        if run is None:
+            return False
+        kind = RunInput.Kind.APPROVAL if "approved" in answer else RunInput.Kind.MESSAGE
+        RunInput.objects.create(run=run, kind=kind, payload=answer, created_by=actor)
+    return True

@@ -1,0 +1,55 @@
+"""Committing a step: the only way a Step row is written.
+
+A step (model message plus all its tool results) is committed whole, at its boundary,
+and only while the committing worker holds the run and no cancel is pending: once a
+cancel is requested, nothing more is committed, so the step in flight is discarded.
+"""
+
+from decimal import Decimal
+
+from django.db import transaction
+from django.db.models import F
+from django.db.models.functions import Now
+
+from runs import events
+from runs.models import Run, Step
+from runs.transitions._guard import E, S, parse_id
+
+
+def commit_step(run_id, *, worker, index, kind, text="", tool_calls=(), tokens_in=0, tokens_out=0, cost=0):
+    """Write step `index` and add it to the run's totals. Returns the Step, or None when
+    the worker no longer holds the running run or a cancel is pending (nothing written).
+    Every tool call must carry its result (or error): half a tool call is never kept."""
+    run_id = parse_id(run_id)
+    if kind not in Step.Kind.values:
+        raise ValueError(f"unknown step kind {kind!r}")
+    for call in tool_calls:
+        if "result" not in call and "error" not in call:
+            raise ValueError(f"tool call {call.get('name')!r} has no result: not a committable step")
+    cost = Decimal(str(cost))
+    held = Run.objects.filter(
+        pk=run_id, status=S.RUNNING, worker=worker, cancel_requested_at__isnull=True, steps=index
+    )
+    with transaction.atomic():
+        # `steps=index` makes a replayed or out-of-order commit lose instead of leaving a gap.
+        if run_id is None or not held.update(
+            steps=F("steps") + 1,
+            tool_calls=F("tool_calls") + len(tool_calls),
+            tokens_in=F("tokens_in") + tokens_in,
+            tokens_out=F("tokens_out") + tokens_out,
+            cost=F("cost") + cost,
+            last_progress_at=Now(),
+        ):
+            return None
+        step = Step.objects.create(
+            run_id=run_id,
+            index=index,
+            kind=kind,
+            text=text,
+            tool_calls=list(tool_calls),
+            tokens_in=tokens_in,
+            tokens_out=tokens_out,
+            cost=cost,
+        )
+        events.append(run_id, E.STEP_COMMITTED, actor=worker, index=index, kind=kind)
+    return step
