@@ -12,7 +12,7 @@ from runs import broadcast
 from runs.models import Run, RunEvent
 
 
-def append(run_id, kind, *, actor="", source="", **data):
+def append(run_id, kind, /, *, actor="", source="", **data):
     """Write one event outside a status change (late settles, steps, inputs) and
     broadcast it after commit. The UPDATE also locks the run row until commit."""
     with transaction.atomic():

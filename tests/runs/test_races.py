@@ -1,0 +1,192 @@
+"""Real races on PostgreSQL: many threads, each with its own connection, on the same runs.
+
+Each test asserts exactly one winner per run and the first outcome intact.
+"""
+
+import threading
+from collections import Counter, defaultdict
+from datetime import timedelta
+from types import SimpleNamespace
+
+import pytest
+from django.db import connections
+from django.utils import timezone
+
+from runs import transitions
+from runs.models import Run, RunEvent, RunInput
+from runs.transitions import CancelOutcome
+
+THREADS = 8
+RUNS = 100
+
+
+def race(workers, runs):
+    """Run each `worker(run, index)` on every run, all threads released at once and
+    walking the runs in the same order so they collide. Returns {(run_id, i): result}."""
+    barrier = threading.Barrier(len(workers))
+    results, errors = {}, []
+
+    def body(i, work):
+        try:
+            barrier.wait()
+            for run in runs:
+                results[(run.id, i)] = work(run)
+        except Exception as error:  # noqa: BLE001 - reported below, in the test thread
+            errors.append(error)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=body, args=(i, w)) for i, w in enumerate(workers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    return results
+
+
+def by_run(results):
+    grouped = defaultdict(dict)
+    for (run_id, i), value in results.items():
+        grouped[run_id][i] = value
+    return grouped
+
+
+@pytest.fixture
+def running_runs(postgres):
+    def make(n=RUNS, worker="w1"):
+        runs = [transitions.create_run(agent="scripted", title=f"race {i}") for i in range(n)]
+        for run in runs:
+            assert transitions.claim(run.id, worker=worker)
+        return runs
+
+    return make
+
+
+OUTCOMES = [
+    ("completed", "completed", {"tokens_in": 1}),
+    ("failed", "provider_failed", {"tokens_in": 2}),
+    ("completed", "budget_exhausted", {"tokens_in": 3}),
+    ("failed", "policy_denied", {"tokens_in": 4}),
+]
+
+
+def test_settle_vs_settle_one_winner_first_outcome_intact(running_runs):
+    runs = running_runs()
+
+    def settler(i):
+        status, reason, totals = OUTCOMES[i % len(OUTCOMES)]
+        return lambda run: transitions.settle(
+            run.id, status=status, reason=reason, worker="w1", totals=totals,
+            truncated=reason == "budget_exhausted",
+        )
+
+    results = by_run(race([settler(i) for i in range(THREADS)], runs))
+    for run in runs:
+        winners = [i for i, won in results[run.id].items() if won]
+        assert len(winners) == 1
+        status, reason, totals = OUTCOMES[winners[0] % len(OUTCOMES)]
+        row = Run.objects.get(pk=run.id)
+        assert (row.status, row.termination_reason, row.tokens_in) == (status, reason, totals["tokens_in"])
+        assert RunEvent.objects.filter(run=run, kind="settled").count() == 1
+        assert RunEvent.objects.filter(run=run, kind="late_settle_ignored").count() == THREADS - 1
+
+
+def test_settle_vs_cancel_vs_retire_one_terminal_outcome(running_runs):
+    runs = running_runs()
+    settle = lambda run: ("settle", transitions.settle(run.id, status="completed", reason="completed", worker="w1"))  # noqa: E731
+    retire = lambda run: ("retire", transitions.force_cancel(run.id, by="op"))  # noqa: E731
+    cancel = lambda run: ("cancel", transitions.request_cancel(run.id, by="op"))  # noqa: E731
+    results = by_run(race([settle, retire, cancel, settle, retire, cancel, settle, retire], runs))
+    for run in runs:
+        outcomes = list(results[run.id].values())
+        terminal_wins = [verb for verb, won in outcomes if verb in ("settle", "retire") and won]
+        assert len(terminal_wins) == 1
+        row = Run.objects.get(pk=run.id)
+        assert row.status == ("completed" if terminal_wins[0] == "settle" else "cancelled")
+        requested = [won for verb, won in outcomes if verb == "cancel" and won == CancelOutcome.REQUESTED]
+        assert len(requested) <= 1
+        assert RunEvent.objects.filter(run=run, kind__in=["settled", "retired"]).count() == 1
+
+
+def test_cancel_vs_claim_of_a_queued_run(postgres):
+    runs = [transitions.create_run(agent="scripted") for _ in range(RUNS)]
+    claimers = [lambda run, w=f"w{i}": ("claim", transitions.claim(run.id, worker=w)) for i in range(4)]
+    cancellers = [lambda run: ("cancel", transitions.request_cancel(run.id, by="op")) for _ in range(4)]
+    results = by_run(race(claimers + cancellers, runs))
+    for run in runs:
+        outcomes = list(results[run.id].values())
+        claims = [won for verb, won in outcomes if verb == "claim" and won]
+        settled = [o for verb, o in outcomes if verb == "cancel" and o == CancelOutcome.SETTLED]
+        requested = [o for verb, o in outcomes if verb == "cancel" and o == CancelOutcome.REQUESTED]
+        assert len(claims) + len(settled) == 1
+        row = Run.objects.get(pk=run.id)
+        if settled:
+            assert (row.status, row.worker, requested) == ("cancelled", "", [])
+        else:
+            assert row.status == "running"
+            assert len(requested) <= 1 and row.is_cancelling == bool(requested)
+
+
+def test_reap_vs_heartbeat_heartbeat_that_lands_first_wins(running_runs):
+    runs = running_runs()
+    stale = timezone.now() - timedelta(minutes=10)
+    Run.objects.filter(pk__in=[r.id for r in runs]).update(heartbeat_at=stale)
+    # A reaper sweeps every stale run, so count each run's reaps across all sweeps.
+    reaper = lambda run: ("reap", transitions.reap_stale(older_than=timedelta(minutes=5)))  # noqa: E731
+    beater = lambda run: ("beat", transitions.heartbeat(run.id, worker="w1").held)  # noqa: E731
+    results = race([reaper, beater] * (THREADS // 2), runs)
+    reaps = Counter(rid for verb, ids in results.values() if verb == "reap" for rid in ids)
+    held = Counter(rid for (rid, _), (verb, ok) in results.items() if verb == "beat" and ok)
+    for run in runs:
+        row = Run.objects.get(pk=run.id)
+        assert reaps[run.id] <= 1
+        if reaps[run.id]:
+            assert (row.status, row.termination_reason) == ("failed", "worker_lost")
+        else:
+            # Not reaped: a heartbeat landed first and the reaper's re-check saw it fresh.
+            assert row.status == "running" and held[run.id]
+    assert RunEvent.objects.filter(kind="reaped").count() == sum(reaps.values())
+
+
+def test_reap_loses_to_a_heartbeat_that_already_landed(running_runs):
+    runs = running_runs(n=20)
+    Run.objects.update(heartbeat_at=timezone.now() - timedelta(minutes=10))
+    for run in runs:
+        assert transitions.heartbeat(run.id, worker="w1").held
+    results = race([lambda run: transitions.reap_stale(older_than=timedelta(minutes=5))] * THREADS, runs[:1])
+    assert all(reaped == [] for reaped in results.values())
+    assert not Run.objects.exclude(status="running").exists()
+
+
+def test_resume_vs_resume_one_resume(running_runs):
+    runs = running_runs()
+    for run in runs:
+        assert transitions.suspend(run.id, worker="w1", status="waiting_for_approval")
+    approvers = [
+        lambda run, i=i: transitions.resume(run.id, by=f"op{i}", answer={"approved": i % 2 == 0})
+        for i in range(THREADS)
+    ]
+    results = by_run(race(approvers, runs))
+    for run in runs:
+        assert sum(results[run.id].values()) == 1
+        assert RunInput.objects.filter(run=run).count() == 1
+        assert Run.objects.get(pk=run.id).status == "running"
+
+
+def test_claim_next_never_hands_one_run_to_two_workers(postgres):
+    for _ in range(RUNS):
+        transitions.create_run(agent="scripted")
+    claimed = Counter()
+    lock = threading.Lock()
+
+    def worker(i):
+        def take(_):
+            while (run := transitions.claim_next(worker=f"w{i}")) is not None:
+                with lock:
+                    claimed[run.id] += 1
+        return take
+
+    race([worker(i) for i in range(THREADS)], [SimpleNamespace(id="queue")])
+    assert len(claimed) == RUNS and set(claimed.values()) == {1}
+    assert not Run.objects.filter(status="queued").exists()

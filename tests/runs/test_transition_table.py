@@ -1,0 +1,123 @@
+"""The full transition table: every (from status, transition) pair, allowed or refused.
+
+A refused transition changes nothing: the row is compared field by field.
+"""
+
+import pytest
+from django.forms.models import model_to_dict
+
+from runs import transitions
+from runs.models import Run
+from runs.transitions import CancelOutcome
+from tests.runs.conftest import LONG_AGO, STATUSES
+
+WAITING = ("waiting_for_input", "waiting_for_approval")
+LIVE = ("running", *WAITING)
+TERMINAL = ("completed", "failed", "cancelled")
+
+# transition -> (statuses it is allowed from, status it leads to or None for "unchanged")
+TABLE = {
+    "claim": (("queued",), "running"),
+    "suspend": (("running",), "waiting_for_approval"),
+    "resume": (WAITING, "running"),
+    "settle": (LIVE, "completed"),
+    "force_cancel": (("queued", *LIVE), "cancelled"),
+    "reap": (("running",), "failed"),
+}
+
+
+def attempt(name, run):
+    if name == "claim":
+        return transitions.claim(run.id, worker="w2")
+    if name == "suspend":
+        return transitions.suspend(run.id, worker="w1", status="waiting_for_approval")
+    if name == "resume":
+        return transitions.resume(run.id, by="op", answer={"approved": True})
+    if name == "settle":
+        return transitions.settle(run.id, status="completed", reason="completed", worker="w1")
+    if name == "force_cancel":
+        return transitions.force_cancel(run.id, by="op")
+    if name == "reap":
+        return run.id in transitions.reap_stale(older_than=LONG_AGO)
+    raise AssertionError(name)
+
+
+def snapshot(run_id):
+    row = model_to_dict(Run.objects.get(pk=run_id))
+    row.pop("event_seq")  # a refused settle appends `late_settle_ignored`: only the seq moves
+    return row
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("status", STATUSES)
+@pytest.mark.parametrize("name", sorted(TABLE))
+def test_transition_table(run_in, status, name):
+    allowed_from, to = TABLE[name]
+    run = run_in(status)
+    before = snapshot(run.id)
+    won = attempt(name, run)
+    after = Run.objects.get(pk=run.id)
+    if status in allowed_from:
+        assert won is True
+        assert after.status == to
+    else:
+        assert won is False
+        assert snapshot(run.id) == before
+
+
+EXPECTED_CANCEL = {
+    "queued": (CancelOutcome.SETTLED, "cancelled"),
+    "running": (CancelOutcome.REQUESTED, "running"),
+    "waiting_for_input": (CancelOutcome.REQUESTED, "waiting_for_input"),
+    "waiting_for_approval": (CancelOutcome.REQUESTED, "waiting_for_approval"),
+    "completed": (CancelOutcome.ALREADY_TERMINAL, "completed"),
+    "failed": (CancelOutcome.ALREADY_TERMINAL, "failed"),
+    "cancelled": (CancelOutcome.ALREADY_TERMINAL, "cancelled"),
+}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("status", STATUSES)
+def test_request_cancel_from_every_status(run_in, status):
+    run = run_in(status)
+    outcome, then = EXPECTED_CANCEL[status]
+    assert transitions.request_cancel(run.id, by="op") == outcome
+    after = Run.objects.get(pk=run.id)
+    assert after.status == then
+    if outcome == CancelOutcome.REQUESTED:
+        assert after.is_cancelling
+        assert transitions.request_cancel(run.id, by="op") == CancelOutcome.ALREADY_REQUESTED
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("status", STATUSES)
+def test_heartbeat_from_every_status(run_in, status):
+    run = run_in(status)
+    beat = transitions.heartbeat(run.id, worker="w1")
+    assert beat.held is (status in LIVE)
+    assert beat.status == status
+    assert transitions.heartbeat(run.id, worker="someone-else").held is False
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("status", STATUSES)
+def test_retry_only_from_retryable_terminal(run_in, status):
+    run = run_in(status)
+    new = transitions.retry(run.id, by="op")
+    if status == "failed":  # provider_failed: retryable
+        assert new is not None and new.status == "queued" and new.retry_of_id == run.id
+        assert transitions.retry(run.id, by="op") is None  # once
+    else:
+        assert new is None
+    assert Run.objects.get(pk=run.id).status == status  # the original row is never reused
+
+
+@pytest.mark.django_db
+def test_unknown_and_malformed_ids_are_not_found(db):
+    for bad in ("not-a-uuid", "00000000-0000-0000-0000-000000000000", "", None):
+        assert transitions.request_cancel(bad) == CancelOutcome.NOT_FOUND
+        assert transitions.settle(bad, status="completed", reason="completed") is False
+        assert transitions.force_cancel(bad) is False
+        assert transitions.claim(bad, worker="w") is False
+        assert transitions.heartbeat(bad, worker="w").held is False
+        assert transitions.retry(bad) is None
