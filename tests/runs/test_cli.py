@@ -1,0 +1,125 @@
+"""`manage.py runs …`: exit codes and what an operator reads."""
+
+import os
+import subprocess
+import sys
+from io import StringIO
+
+import pytest
+from django.conf import settings
+from django.core.management import CommandError, call_command
+
+from runs import transitions
+from runs.models import Run, RunEvent
+from tests.runs.conftest import LONG_AGO
+
+pytestmark = pytest.mark.django_db
+
+
+def runs(*args):
+    out = StringIO()
+    call_command("runs", *args, stdout=out)
+    return out.getvalue()
+
+
+def exit_code(*args):
+    try:
+        runs(*args)
+    except CommandError as error:
+        return error.returncode, str(error)
+    return 0, ""
+
+
+def test_cancel_running_run_requests_and_records_cli_source(running_run):
+    run = running_run()
+    assert "cancel requested" in runs("cancel", str(run.id), "--note", "stuck in a loop")
+    run.refresh_from_db()
+    assert (run.cancel_source, run.cancel_note, run.status) == ("cli", "stuck in a loop", "running")
+    assert "already requested" in runs("cancel", str(run.id))
+
+
+def test_cancel_queued_run_settles(make_run):
+    run = make_run()
+    assert "cancelled at once" in runs("cancel", str(run.id))
+    assert Run.objects.get(pk=run.id).status == "cancelled"
+
+
+def test_cancel_terminal_run_exits_1_with_status_and_reason(run_in):
+    run = run_in("failed")
+    code, message = exit_code("cancel", str(run.id))
+    assert code == 1 and "failed / provider failed" in message
+
+
+@pytest.mark.parametrize("bad", ["nope", "00000000-0000-0000-0000-000000000000"])
+def test_cancel_unknown_or_malformed_id_exits_2(bad):
+    assert exit_code("cancel", bad)[0] == 2
+    assert exit_code("cancel", bad, "--force")[0] == 2
+    assert exit_code("show", bad)[0] == 2
+
+
+def test_force_retires_and_second_force_exits_1(running_run):
+    run = running_run()
+    assert "retired" in runs("cancel", str(run.id), "--force", "--note", "worker gone")
+    assert RunEvent.objects.get(run=run, kind="retired").data["note"] == "worker gone"
+    assert exit_code("cancel", str(run.id), "--force")[0] == 1
+
+
+def test_show_prints_fields_and_timeline(running_run):
+    run = running_run()
+    transitions.request_cancel(run.id, by="alice", note="why not")
+    out = runs("show", str(run.id))
+    assert str(run.id) in out and "running" in out and "alice via user (why not)" in out
+    assert "claimed" in out and "cancel_requested" in out
+
+
+def test_list_filters_by_status(make_run, running_run):
+    queued, running = make_run(title="waiting one"), running_run(title="busy one")
+    out = runs("list", "--status", "running")
+    assert str(running.id) in out and str(queued.id) not in out
+    assert "waiting one" in runs("list")
+
+
+def test_stuck_and_reap(running_run):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    stale, fresh = running_run(), running_run()
+    Run.objects.filter(pk=stale.id).update(heartbeat_at=timezone.now() - timedelta(minutes=5))
+    out = runs("stuck", "--older-than", "30s")
+    assert str(stale.id) in out and str(fresh.id) not in out
+    out = runs("reap", "--older-than", "60s")
+    assert "reaped 1 run(s)" in out and str(stale.id) in out
+    assert Run.objects.get(pk=stale.id).termination_reason == "worker_lost"
+    assert Run.objects.get(pk=fresh.id).status == "running"
+
+
+def test_bad_duration_exits_2():
+    assert exit_code("reap", "--older-than", "soon")[0] == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_real_process_exit_codes(run_in):
+    """The codes a shell script sees, from a real `manage.py` process."""
+    done = run_in("completed")
+    env = {**os.environ, "DATABASE_URL": _database_url(), "SECRET_KEY": "x"}
+    manage = [sys.executable, str(settings.BASE_DIR / "manage.py"), "runs", "cancel"]
+    terminal = subprocess.run([*manage, str(done.id)], env=env, capture_output=True, text=True)
+    unknown = subprocess.run([*manage, "not-a-run"], env=env, capture_output=True, text=True)
+    assert (terminal.returncode, unknown.returncode) == (1, 2)
+    assert "completed / completed" in terminal.stderr
+
+
+def _database_url():
+    from django.db import connection
+
+    db = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{db['NAME']}"
+    return f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+def test_reap_table_uses_watchdog_source(running_run):
+    run = running_run()
+    transitions.reap_stale(older_than=LONG_AGO)
+    assert RunEvent.objects.get(run=run, kind="reaped").source == "watchdog"

@@ -1,0 +1,80 @@
+"""The database enforces the status/reason table, not only Python."""
+
+import uuid
+
+import pytest
+from django.db import IntegrityError, connection, transaction
+
+from runs.models import Run
+
+INSERT = """
+INSERT INTO runs_run (id, agent, title, input, status, termination_reason, truncated, error_class,
+    error_message, created_at, finished_at, cancel_requested_by, cancel_source, cancel_note, worker,
+    tokens_in, tokens_out, cost, steps, tool_calls, event_seq)
+VALUES (%s, 'a', '', '{}', %s, %s, %s, '', '', CURRENT_TIMESTAMP, {finished}, '', '', '', '', 0, 0, 0, 0, 0, 0)
+"""
+
+
+def insert(status, reason, *, finished=True, truncated=False):
+    sql = INSERT.replace("{finished}", "CURRENT_TIMESTAMP" if finished else "NULL")
+    run_id = uuid.uuid4().hex if connection.vendor == "sqlite" else str(uuid.uuid4())
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(sql, [run_id, status, reason, truncated])
+
+
+VALID = [
+    ("queued", "", False), ("running", "", False), ("waiting_for_input", "", False),
+    ("completed", "completed", True), ("completed", "max_iterations", True),
+    ("failed", "worker_lost", True), ("cancelled", "cancelled", True),
+]
+INVALID = [
+    ("completed", "", True),  # terminal without a reason: unknown is not allowed in
+    ("completed", "cancelled", True),
+    ("completed", "provider_failed", True),
+    ("failed", "completed", True),
+    ("cancelled", "worker_lost", True),
+    ("running", "completed", False),  # a live run has no reason
+    ("queued", "cancelled", False),
+    ("exploded", "", False),
+]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("status,reason,finished", VALID)
+def test_valid_pairs_are_accepted(status, reason, finished):
+    insert(status, reason, finished=finished)
+    assert Run.objects.filter(status=status).count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("status,reason,finished", INVALID)
+def test_invalid_status_reason_pair_rejected_by_database(status, reason, finished):
+    with pytest.raises(IntegrityError):
+        insert(status, reason, finished=finished)
+    assert not Run.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_terminal_row_needs_finished_at():
+    with pytest.raises(IntegrityError):
+        insert("completed", "completed", finished=False)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_truncated_needs_a_truncating_reason():
+    insert("completed", "budget_exhausted", truncated=True)
+    with pytest.raises(IntegrityError):
+        insert("completed", "completed", truncated=True)
+
+
+def test_properties():
+    assert Run(status="failed", termination_reason="worker_lost").is_retryable
+    assert Run(status="failed", termination_reason="provider_failed").is_retryable
+    assert not Run(status="failed", termination_reason="policy_denied").is_retryable
+    assert not Run(status="cancelled", termination_reason="cancelled").is_retryable
+    assert Run(status="cancelled").is_terminal and not Run(status="waiting_for_input").is_terminal
+    assert Run(status="completed", termination_reason="").reason_label == "unknown"
+    assert Run(status="running").reason_label == ""
+    assert [s.value for s in Run.Status] == [
+        "queued", "running", "waiting_for_input", "waiting_for_approval", "completed", "failed", "cancelled",
+    ]
