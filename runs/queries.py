@@ -17,3 +17,15 @@ def stuck(older_than):
     return Run.objects.filter(
         Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True), status__in=Run.LIVE
     ).order_by("heartbeat_at")
+
+
+def cancel_not_honoured(grace):
+    """Live runs whose cancel was requested more than `grace` ago."""
+    return Run.objects.filter(status__in=Run.LIVE, cancel_requested_at__lt=stale_before(grace))
+
+
+def past_deadline():
+    """Non-terminal runs past their deadline that nobody has asked to stop yet."""
+    return Run.objects.filter(
+        status__in=Run.NON_TERMINAL, deadline__lt=Now(), cancel_requested_at__isnull=True
+    )

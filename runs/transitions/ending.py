@@ -57,15 +57,17 @@ def request_cancel(run_id, *, by=None, source=Run.CancelSource.USER, note=""):
     return CancelOutcome.ALREADY_REQUESTED
 
 
-def force_cancel(run_id, *, by=None, note="", source=Run.CancelSource.USER):
+def force_cancel(run_id, *, by=None, note="", source=Run.CancelSource.USER, guard=None):
     """Retire a run whose worker is gone: any non-terminal run becomes cancelled now.
-    The totals it reached are kept. False when it had already ended."""
+    The totals it reached are kept. False when it had already ended (or `guard`, a Q
+    re-checked inside the UPDATE, no longer holds)."""
     actor, note = actor_name(by), (note or "")[:500]
     no_request = Q(cancel_requested_at__isnull=True)
     run = guarded(
         run_id,
         "force_cancel",
         event=E.RETIRED,
+        guard=guard,
         actor=actor,
         source=source,
         data={"note": note},

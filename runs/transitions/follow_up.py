@@ -8,7 +8,8 @@ from runs.models import Run, RunInput
 from runs.transitions._guard import E, actor_name, parse_id
 from runs.transitions.lifecycle import create_run
 
-def retry(run_id, *, by=None):
+
+def retry(run_id, *, by=None, source=Run.CancelSource.USER):
     """Queue a fresh run copying a terminal, retryable one (linked by `retry_of`).
     Once per run: None when it is not retryable or was retried already."""
     run_id = parse_id(run_id)
@@ -33,11 +34,11 @@ def retry(run_id, *, by=None):
             cost_budget=original.cost_budget,
             retry_of=original,
         )
-        events.append(original.id, E.RETRIED, actor=actor_name(by), new_run=str(new.id))
+        events.append(original.id, E.RETRIED, actor=actor_name(by), source=source, new_run=str(new.id))
     return new
 
 
-def queue_input(run_id, *, kind, payload, by=None):
+def queue_input(run_id, *, kind, payload, by=None, source=Run.CancelSource.USER):
     """Queue an operator input for a non-terminal run; None when it has ended."""
     run_id = parse_id(run_id)
     with transaction.atomic():
@@ -47,7 +48,7 @@ def queue_input(run_id, *, kind, payload, by=None):
         if run_id is None or not live.select_for_update().exists():
             return None
         item = RunInput.objects.create(run_id=run_id, kind=kind, payload=payload, created_by=actor_name(by))
-        events.append(run_id, E.INPUT_QUEUED, actor=actor_name(by), input=item.pk, kind=kind)
+        events.append(run_id, E.INPUT_QUEUED, actor=actor_name(by), source=source, input=item.pk, kind=kind)
     return item
 
 

@@ -1,0 +1,103 @@
+"""The watchdog's table, one finding at a time."""
+
+import asyncio
+from datetime import timedelta
+
+import pytest
+from channels.layers import get_channel_layer
+from django.utils import timezone
+
+from runs import groups, transitions, watchdog
+from runs.models import Run, RunEvent
+
+pytestmark = pytest.mark.django_db
+
+
+def age_heartbeat(run, seconds):
+    Run.objects.filter(pk=run.id).update(heartbeat_at=timezone.now() - timedelta(seconds=seconds))
+
+
+def age_cancel(run, seconds):
+    Run.objects.filter(pk=run.id).update(cancel_requested_at=timezone.now() - timedelta(seconds=seconds))
+
+
+def test_stale_heartbeat_is_flagged_stuck_then_reaped(running_run):
+    run = running_run()
+    age_heartbeat(run, 10)
+    report = watchdog.sweep(stuck_s=5, reap_s=60)
+    assert (report.stuck, report.reaped) == (1, [])
+    age_heartbeat(run, 61)
+    report = watchdog.sweep(stuck_s=5, reap_s=60)
+    assert report.reaped == [run.id]
+    row = Run.objects.get(pk=run.id)
+    assert (row.status, row.termination_reason, row.is_retryable) == ("failed", "worker_lost", True)
+
+
+def test_reaper_loses_to_a_heartbeat(running_run):
+    run = running_run()
+    age_heartbeat(run, 120)
+    assert transitions.heartbeat(run.id, worker="w1").held  # lands before the sweep
+    assert watchdog.sweep(stuck_s=5, reap_s=60).reaped == []
+    assert Run.objects.get(pk=run.id).status == "running"
+
+
+def test_deadline_ends_a_queued_run_cancelled_by_the_watchdog(make_run):
+    run = make_run(deadline=timezone.now() - timedelta(seconds=1))
+    assert watchdog.sweep().deadline_cancelled == [run.id]
+    row = Run.objects.get(pk=run.id)
+    assert (row.status, row.termination_reason) == ("cancelled", "cancelled")
+    assert (row.cancel_source, row.cancel_note) == ("watchdog", "deadline exceeded")
+
+
+def test_deadline_asks_a_running_run_to_stop_and_it_ends_cancelled_not_failed(running_run):
+    run = running_run(deadline=timezone.now() - timedelta(seconds=1))
+    assert watchdog.sweep().deadline_cancelled == [run.id]
+    assert watchdog.sweep().deadline_cancelled == []  # asked once
+    # The worker notices and stops; even an error on the way out reads as the cancel it was.
+    transitions.settle(run.id, status="failed", reason="provider_failed", worker="w1")
+    row = Run.objects.get(pk=run.id)
+    assert (row.status, row.termination_reason, row.cancel_source) == ("cancelled", "cancelled", "watchdog")
+
+
+def test_future_deadline_is_left_alone(running_run):
+    running_run(deadline=timezone.now() + timedelta(hours=1))
+    assert watchdog.sweep().deadline_cancelled == []
+
+
+def test_unhonoured_cancel_is_flagged_and_retired_once_the_worker_is_silent(running_run):
+    run = running_run()
+    transitions.request_cancel(run.id, by="alice")
+    age_cancel(run, 31)
+    report = watchdog.sweep(stuck_s=5, grace_s=30)
+    assert (report.not_honoured, report.retired) == (1, [])  # heartbeat still fresh: flagged only
+    age_heartbeat(run, 6)
+    report = watchdog.sweep(stuck_s=5, grace_s=30, reap_s=600)
+    assert report.retired == [run.id]
+    row = Run.objects.get(pk=run.id)
+    assert (row.status, row.cancel_requested_by) == ("cancelled", "alice")
+    retired = RunEvent.objects.get(run=run, kind="retired")
+    assert (retired.actor, retired.source) == ("watchdog", "watchdog")
+
+
+def test_cancel_within_grace_is_not_flagged(running_run):
+    run = running_run()
+    transitions.request_cancel(run.id)
+    age_heartbeat(run, 100)
+    report = watchdog.sweep(stuck_s=5, grace_s=30, reap_s=600)
+    assert (report.not_honoured, report.retired) == (0, [])
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_serve_sweeps_until_stopped():
+    run = await transitions.acreate_run(agent="scripted", deadline=timezone.now() - timedelta(seconds=1))
+    layer = get_channel_layer()
+    channel = await layer.new_channel()
+    await layer.group_add(groups.viewers(run.id), channel)
+    stop = asyncio.Event()
+    task = asyncio.create_task(watchdog.serve(stop, interval_s=0.05))
+    changed = await asyncio.wait_for(layer.receive(channel), 5)  # the sweep's cancel, announced
+    stop.set()
+    await asyncio.wait_for(task, 2)
+    assert changed["event"] == "cancel_requested"
+    assert (await Run.objects.aget(pk=run.id)).status == "cancelled"
