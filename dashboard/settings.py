@@ -127,3 +127,7 @@ LOGGING = {
 RUNWARDEN_HEARTBEAT_S = env.number("RUNWARDEN_HEARTBEAT_S", 1.0, minimum=0.05)
 RUNWARDEN_STUCK_S = env.number("RUNWARDEN_STUCK_S", 5 * RUNWARDEN_HEARTBEAT_S, minimum=0.1)
 RUNWARDEN_REAP_S = env.number("RUNWARDEN_REAP_S", 60.0, minimum=0.1)
+# Agent workers and a demo feeder inside the daphne process (`make run` sets it).
+RUNWARDEN_EMBEDDED = env.boolean("RUNWARDEN_EMBEDDED")
+RUNWARDEN_CANCEL_GRACE_S = env.number("RUNWARDEN_CANCEL_GRACE_S", 30.0, minimum=0.1)
+RUNWARDEN_WATCHDOG_S = env.number("RUNWARDEN_WATCHDOG_S", 2.0, minimum=0.05)
