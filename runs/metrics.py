@@ -1,0 +1,84 @@
+"""Prometheus metrics, read from the database at scrape time.
+
+Counts come from the rows themselves (runs, timeline events), so every server reports
+the same truth however many processes there are. Only `runwarden_open_websockets` is
+per process: it counts this process's sockets.
+"""
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.db.models import Count, DurationField, ExpressionWrapper, F, Q, Sum
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+from runs import queries
+from runs.models import Run, RunEvent
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+CANCEL_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+_process = CollectorRegistry(auto_describe=True)
+OPEN_WEBSOCKETS = Gauge(
+    "runwarden_open_websockets", "WebSockets open on this server process", ["kind"], registry=_process
+)
+
+
+def cancel_latency_buckets():
+    """(cumulative counts per bucket incl. +Inf, sum in seconds) of request → settled
+    for every cancelled run that had a request; one aggregate query."""
+    latency = ExpressionWrapper(F("finished_at") - F("cancel_requested_at"), output_field=DurationField())
+    cancelled = Run.objects.filter(
+        status=Run.Status.CANCELLED, cancel_requested_at__isnull=False, finished_at__isnull=False
+    ).annotate(latency=latency)
+    aggregates = {
+        f"le{i}": Count("pk", filter=Q(latency__lte=timedelta(seconds=bound)))
+        for i, bound in enumerate(CANCEL_BUCKETS_S)
+    }
+    row = cancelled.aggregate(total=Count("pk"), latency_sum=Sum("latency"), **aggregates)
+    counts = [row[f"le{i}"] for i in range(len(CANCEL_BUCKETS_S))] + [row["total"]]
+    total = row["latency_sum"] or timedelta(0)
+    return counts, total.total_seconds()
+
+
+class RunCollector:
+    def collect(self):
+        by_outcome = GaugeMetricFamily(
+            "runwarden_runs", "Runs by status and termination reason", labels=["status", "reason"]
+        )
+        for row in Run.objects.order_by().values("status", "termination_reason").annotate(n=Count("pk")):
+            by_outcome.add_metric([row["status"], row["termination_reason"]], row["n"])
+        yield by_outcome
+
+        yield GaugeMetricFamily(
+            "runwarden_active_runs", "Runs running or waiting", value=Run.objects.filter(status__in=Run.LIVE).count()
+        )
+        stuck_after = timedelta(seconds=settings.RUNWARDEN_STUCK_S)
+        yield GaugeMetricFamily(
+            "runwarden_stuck_runs", "Live runs with a stale heartbeat", value=queries.stuck(stuck_after).count()
+        )
+        events = dict(
+            RunEvent.objects.filter(kind__in=["late_settle_ignored", "reaped"])
+            .order_by().values_list("kind").annotate(n=Count("pk"))
+        )
+        yield CounterMetricFamily(
+            "runwarden_late_settles_ignored", "Settles refused because the run had ended",
+            value=events.get("late_settle_ignored", 0),
+        )
+        yield CounterMetricFamily(
+            "runwarden_reaped_runs", "Runs settled failed / worker_lost by the watchdog",
+            value=events.get("reaped", 0),
+        )
+        counts, total = cancel_latency_buckets()
+        bounds = [str(float(b)) for b in CANCEL_BUCKETS_S] + ["+Inf"]
+        yield HistogramMetricFamily(
+            "runwarden_cancel_latency_seconds", "Cancel request to cancelled settle",
+            buckets=list(zip(bounds, counts)), sum_value=total,
+        )
+
+
+def render():
+    """The exposition text for one scrape."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(RunCollector())
+    return generate_latest(registry) + generate_latest(_process)

@@ -1,0 +1,68 @@
+"""Metric values after a known sequence of actions."""
+
+import re
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from runs import metrics, transitions
+from runs.models import Run
+from tests.runs.conftest import LONG_AGO
+
+pytestmark = pytest.mark.django_db
+
+
+def scrape():
+    text = metrics.render().decode()
+    values = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            values[name] = float(value)
+    return values
+
+
+def test_values_after_a_known_sequence(make_run, running_run, run_in):
+    make_run()  # queued
+    running_run()  # running
+    run_in("completed")
+    late = run_in("failed")
+    transitions.settle(late.id, status="completed", reason="completed", worker="w1")  # late: ignored
+    cancelled_queued = make_run()
+    transitions.request_cancel(cancelled_queued.id)  # cancelled at once
+    slow = running_run()
+    transitions.request_cancel(slow.id)
+    Run.objects.filter(pk=slow.id).update(cancel_requested_at=timezone.now() - timedelta(seconds=3))
+    transitions.settle(slow.id, status="cancelled", reason="cancelled", worker="w1")
+    lost = running_run()
+    Run.objects.filter(pk=lost.id).update(heartbeat_at=timezone.now() - timedelta(hours=1))
+
+    values = scrape()
+    assert values['runwarden_runs{reason="",status="queued"}'] == 1
+    assert values['runwarden_runs{reason="",status="running"}'] == 2
+    assert values['runwarden_runs{reason="completed",status="completed"}'] == 1
+    assert values['runwarden_runs{reason="provider_failed",status="failed"}'] == 1
+    assert values['runwarden_runs{reason="cancelled",status="cancelled"}'] == 2
+    assert values["runwarden_active_runs"] == 2
+    assert values["runwarden_stuck_runs"] == 1
+    assert values["runwarden_late_settles_ignored_total"] == 1
+    assert values["runwarden_reaped_runs_total"] == 0
+    assert values['runwarden_cancel_latency_seconds_bucket{le="1.0"}'] == 1  # the queued one
+    assert values['runwarden_cancel_latency_seconds_bucket{le="5.0"}'] == 2
+    assert values['runwarden_cancel_latency_seconds_bucket{le="+Inf"}'] == 2
+    assert values["runwarden_cancel_latency_seconds_count"] == 2
+    assert 2.9 < values["runwarden_cancel_latency_seconds_sum"] < 4
+
+    transitions.reap_stale(older_than=LONG_AGO)
+    values = scrape()
+    assert values["runwarden_reaped_runs_total"] == 2
+    assert values["runwarden_active_runs"] == 0
+
+
+def test_open_websockets_gauge_is_exported():
+    metrics.OPEN_WEBSOCKETS.labels(kind="viewer").inc()
+    try:
+        assert re.search(r'runwarden_open_websockets\{kind="viewer"\} 1\.0', metrics.render().decode())
+    finally:
+        metrics.OPEN_WEBSOCKETS.labels(kind="viewer").dec()
