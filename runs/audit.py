@@ -1,0 +1,55 @@
+"""The audit trail: every operator action, read from the runs' timelines.
+
+Each action is a RunEvent written by its transition in the same transaction as the
+change, with who (`actor`), from where (`source`) and the note: nothing to keep in sync.
+"""
+
+import csv
+
+from runs.models import RunEvent
+
+E = RunEvent.Kind
+ACTION_KINDS = (E.CANCEL_REQUESTED, E.RETIRED, E.RETRIED, E.RESUMED, E.INPUT_QUEUED, E.REAPED)
+WHERE = {"user": "browser", "admin": "admin", "cli": "CLI", "api": "API", "watchdog": "watchdog",
+         "policy": "policy", "shutdown": "shutdown"}
+COLUMNS = ("at", "actor", "where", "action", "run_id", "run_title", "note")
+
+
+def entries(*, actor="", source="", kind="", run_id=None):
+    """Operator actions, newest first, optionally filtered."""
+    rows = RunEvent.objects.filter(kind__in=ACTION_KINDS).select_related("run").order_by("-at", "-pk")
+    if actor:
+        rows = rows.filter(actor=actor)
+    if source:
+        rows = rows.filter(source=source)
+    if kind:
+        rows = rows.filter(kind=kind)
+    if run_id:
+        rows = rows.filter(run_id=run_id)
+    return rows
+
+
+def as_row(event):
+    return {
+        "at": event.at.isoformat(),
+        "actor": event.actor or "-",
+        "where": WHERE.get(event.source, event.source or "-"),
+        "action": event.get_kind_display(),
+        "run_id": str(event.run_id),
+        "run_title": event.run.title,
+        "note": (event.data or {}).get("note", ""),
+    }
+
+
+def write_csv(events, stream):
+    """CSV of `events` to a text stream. Cells that a spreadsheet would run as a
+    formula are prefixed with a quote (CSV injection)."""
+    writer = csv.DictWriter(stream, fieldnames=COLUMNS)
+    writer.writeheader()
+    for event in events.iterator(chunk_size=1000) if hasattr(events, "iterator") else events:
+        writer.writerow({k: _inert(v) for k, v in as_row(event).items()})
+
+
+def _inert(value):
+    text = str(value)
+    return "'" + text if text[:1] in ("=", "+", "-", "@") and text != "-" else text
