@@ -1,0 +1,61 @@
+"""What needs an operator now: the sections of the triage page, each on an index.
+
+Each section is a queryset (oldest problem first) plus its count; pages take the first
+few rows and offer bulk actions on the rest.
+"""
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+
+from runs import queries
+from runs.models import Run
+
+
+@dataclass(frozen=True)
+class Section:
+    key: str
+    title: str
+    help: str
+    runs: object  # a queryset, ordered
+    action: str  # the bulk action that fits: "retire", "cancel" or "retry"
+
+
+def sections():
+    stuck_after = timedelta(seconds=settings.RUNWARDEN_STUCK_S)
+    grace = timedelta(seconds=settings.RUNWARDEN_CANCEL_GRACE_S)
+    return [
+        Section(
+            "stuck", "Stuck",
+            f"Live, but no heartbeat for over {settings.RUNWARDEN_STUCK_S:g}s: the worker may be gone.",
+            queries.stuck(stuck_after), "retire",
+        ),
+        Section(
+            "not_honoured", "Cancel not honoured",
+            f"Cancel requested over {settings.RUNWARDEN_CANCEL_GRACE_S:g}s ago and still live.",
+            queries.cancel_not_honoured(grace).order_by("cancel_requested_at"), "retire",
+        ),
+        Section(
+            "approval", "Waiting for approval",
+            "Oldest first: each one holds a worker slot until somebody answers.",
+            Run.objects.filter(status=Run.Status.WAITING_FOR_APPROVAL).order_by("created_at"), "cancel",
+        ),
+        Section(
+            "retryable", "Failed and retryable",
+            "Provider failures and lost workers that have not been retried yet.",
+            Run.objects.filter(
+                status=Run.Status.FAILED, termination_reason__in=Run.RETRYABLE, retried_at__isnull=True
+            ).order_by("-created_at"), "retry",
+        ),
+        Section(
+            "longest", "Longest running",
+            "Running the longest: still useful, or going nowhere?",
+            Run.objects.filter(status=Run.Status.RUNNING).order_by("started_at"), "cancel",
+        ),
+    ]
+
+
+def section(key):
+    """One section by key; KeyError for an unknown one."""
+    return {s.key: s for s in sections()}[key]
