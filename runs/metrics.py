@@ -24,13 +24,16 @@ OPEN_WEBSOCKETS = Gauge(
 )
 
 
-def cancel_latency_buckets():
+def cancel_latency_buckets(*, since=None):
     """(cumulative counts per bucket incl. +Inf, sum in seconds) of request → settled
-    for every cancelled run that had a request; one aggregate query."""
+    for every cancelled run that had a request (created since `since`, if given); one
+    aggregate query."""
     latency = ExpressionWrapper(F("finished_at") - F("cancel_requested_at"), output_field=DurationField())
     cancelled = Run.objects.filter(
         status=Run.Status.CANCELLED, cancel_requested_at__isnull=False, finished_at__isnull=False
     ).annotate(latency=latency)
+    if since is not None:
+        cancelled = cancelled.filter(created_at__gte=since)
     aggregates = {
         f"le{i}": Count("pk", filter=Q(latency__lte=timedelta(seconds=bound)))
         for i, bound in enumerate(CANCEL_BUCKETS_S)

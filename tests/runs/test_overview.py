@@ -1,0 +1,25 @@
+"""The overview's numbers for a known day."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from runs import overview, transitions
+from runs.models import Run
+
+pytestmark = pytest.mark.django_db
+
+
+def test_last_24h_counts_by_hour_status_reason_and_latency(make_run, run_in):
+    run_in("completed"), run_in("failed"), run_in("failed")
+    old = make_run()
+    Run.objects.filter(pk=old.id).update(created_at=timezone.now() - timedelta(days=2))  # outside
+    quick = make_run()
+    transitions.request_cancel(quick.id)  # settled at once: 0 ms
+    numbers = overview.last_24h()
+    assert len(numbers.hours) == 24
+    assert sum(sum(by_status.values()) for _, by_status in numbers.hours) == 4
+    assert dict(numbers.statuses)["failed"] == 2 and dict(numbers.statuses)["queued"] == 0
+    assert numbers.reasons[0] == ("provider_failed", 2)
+    assert numbers.latency[0] == ("≤5 ms", 1) and numbers.latency_count == 1
