@@ -59,3 +59,15 @@ def hosts(name, default):
     if not values:
         raise ConfigError(f"{name} is empty; give a comma-separated list of host names")
     return values
+
+
+def networks(name, default):
+    """A comma-separated list of addresses or CIDR networks."""
+    import ipaddress
+
+    raw = os.environ.get(name)
+    values = default if raw is None else [v.strip() for v in raw.split(",") if v.strip()]
+    try:
+        return [ipaddress.ip_network(v, strict=False) for v in values]
+    except ValueError as error:
+        raise ConfigError(f"{name}={raw!r}: {error}") from None

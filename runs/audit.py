@@ -41,13 +41,18 @@ def as_row(event):
     }
 
 
+def inert_row(event):
+    """`as_row` with every cell that a spreadsheet would run as a formula prefixed
+    with a quote (CSV injection): titles and notes come from users and agents."""
+    return {k: _inert(v) for k, v in as_row(event).items()}
+
+
 def write_csv(events, stream):
-    """CSV of `events` to a text stream. Cells that a spreadsheet would run as a
-    formula are prefixed with a quote (CSV injection)."""
+    """CSV of `events` (a queryset) to a text stream."""
     writer = csv.DictWriter(stream, fieldnames=COLUMNS)
     writer.writeheader()
-    for event in events.iterator(chunk_size=1000) if hasattr(events, "iterator") else events:
-        writer.writerow({k: _inert(v) for k, v in as_row(event).items()})
+    for event in events.iterator(chunk_size=1000):
+        writer.writerow(inert_row(event))
 
 
 def _inert(value):
