@@ -30,6 +30,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "django_htmx",
+    "ninja",  # serves the API docs page's assets locally: nothing loads from a CDN
     "runs",
     "dashboard",
 ]
@@ -127,7 +128,33 @@ LOGGING = {
 RUNWARDEN_HEARTBEAT_S = env.number("RUNWARDEN_HEARTBEAT_S", 1.0, minimum=0.05)
 RUNWARDEN_STUCK_S = env.number("RUNWARDEN_STUCK_S", 5 * RUNWARDEN_HEARTBEAT_S, minimum=0.1)
 RUNWARDEN_REAP_S = env.number("RUNWARDEN_REAP_S", 60.0, minimum=0.1)
-# Agent workers and a demo feeder inside the daphne process (`make run` sets it).
-RUNWARDEN_EMBEDDED = env.boolean("RUNWARDEN_EMBEDDED")
 RUNWARDEN_CANCEL_GRACE_S = env.number("RUNWARDEN_CANCEL_GRACE_S", 30.0, minimum=0.1)
 RUNWARDEN_WATCHDOG_S = env.number("RUNWARDEN_WATCHDOG_S", 2.0, minimum=0.05)
+# /metrics: a bearer token, or an address in the allowlist (default: this machine only).
+RUNWARDEN_METRICS_TOKEN = os.environ.get("RUNWARDEN_METRICS_TOKEN", "")
+RUNWARDEN_METRICS_ALLOW = env.networks("RUNWARDEN_METRICS_ALLOW", ["127.0.0.1", "::1"])
+
+# --- engine -----------------------------------------------------------------------------
+# The agent engine (runs.agent) and its workers; see README "The worker".
+RUNWARDEN_EMBEDDED = env.boolean("RUNWARDEN_EMBEDDED")  # run workers inside the server process
+RUNWARDEN_EMBEDDED_CONCURRENCY = env.number("RUNWARDEN_EMBEDDED_CONCURRENCY", 4, minimum=1, cast=int)
+RUNWARDEN_DEMO = env.boolean("RUNWARDEN_DEMO", RUNWARDEN_EMBEDDED)  # the embedded demo feeder
+RUNWARDEN_WORKSPACE = Path(os.environ.get("RUNWARDEN_WORKSPACE") or VAR_DIR / "workspace")  # write_file's folder
+RUNWARDEN_OPENAI_BASE_URL = env.url("OPENAI_BASE_URL", "https://api.openai.com/v1", schemes={"http", "https"})
+RUNWARDEN_OPENAI_API_KEY = os.environ.get("OPENAI_API_KEY", "")
+RUNWARDEN_OPENAI_MODEL = os.environ.get("RUNWARDEN_OPENAI_MODEL", "gpt-4o-mini")
+RUNWARDEN_RETRIES = env.number("RUNWARDEN_RETRIES", 2, cast=int)  # provider attempts after the first
+RUNWARDEN_BACKOFF_BASE_S = env.number("RUNWARDEN_BACKOFF_BASE_S", 0.5)
+RUNWARDEN_BACKOFF_MAX_S = env.number("RUNWARDEN_BACKOFF_MAX_S", 8.0)
+RUNWARDEN_STREAM_FIRST_EVENT_S = env.number("RUNWARDEN_STREAM_FIRST_EVENT_S", 30.0, minimum=0.01)
+RUNWARDEN_STREAM_IDLE_S = env.number("RUNWARDEN_STREAM_IDLE_S", 30.0, minimum=0.01)
+RUNWARDEN_REQUEST_TIMEOUT_S = env.number("RUNWARDEN_REQUEST_TIMEOUT_S", 60.0, minimum=0.01)
+RUNWARDEN_TOOL_TIMEOUT_S = env.number("RUNWARDEN_TOOL_TIMEOUT_S", 60.0, minimum=0.01)
+RUNWARDEN_TOOL_WAVE = env.number("RUNWARDEN_TOOL_WAVE", 4, minimum=1, cast=int)  # parallel calls per wave
+RUNWARDEN_APPROVAL_TIMEOUT_S = env.number("RUNWARDEN_APPROVAL_TIMEOUT_S", 300.0, minimum=0.01)
+RUNWARDEN_PROGRESS_HZ = env.number("RUNWARDEN_PROGRESS_HZ", 10.0, minimum=0.1)  # deltas/s per run, at most
+RUNWARDEN_BREAKER_THRESHOLD = env.number("RUNWARDEN_BREAKER_THRESHOLD", 5, minimum=1, cast=int)
+RUNWARDEN_BREAKER_RESET_S = env.number("RUNWARDEN_BREAKER_RESET_S", 30.0)
+RUNWARDEN_SHUTDOWN_GRACE_S = env.number("RUNWARDEN_SHUTDOWN_GRACE_S", 10.0)
+RUNWARDEN_CLAIM_POLL_S = env.number("RUNWARDEN_CLAIM_POLL_S", 0.5, minimum=0.01)
+RUNWARDEN_DENIED_TOOLS = tuple(t.strip() for t in os.environ.get("RUNWARDEN_DENIED_TOOLS", "shell").split(",") if t.strip())

@@ -25,7 +25,7 @@ class Cancelled(Exception):
 class Token:
     """One-shot: fired once, fired forever."""
 
-    __slots__ = ("_lock", "_fired", "_waiters")
+    __slots__ = ("_fired", "_lock", "_waiters")
 
     def __init__(self):
         self._lock = threading.Lock()

@@ -1,0 +1,235 @@
+"""The agent loop: model call (streamed), tool calls, commit the step, repeat.
+
+A cancel is cooperative: the loop consults the run's `CancelSignal` at every place
+where work can wait, cancel polled first, and exits there. "Poll" rows mean the next
+unit of work never begins; "race" rows mean the work in flight is abandoned at once.
+
+    #   where                                   mechanism            on cancel
+    1   turn entry (`Engine._turn`)             poll                 the provider is never touched
+    2   a non-streaming model call              race                 the request is abandoned
+    3   each stream event poll                  race + deadlines     no further event is read
+    4   the provider's rate gate                cancel-aware sleep   the wait is abandoned
+    5   the fallback after a stream failure     poll on entry        the rescue is never sent
+    6   sequential tools, before each call      poll                 the next call never starts
+    7   parallel tools, at each wave top        poll                 later waves never start
+    8   each tool call (or wave)                race                 the tool is abandoned
+    9   provider retry backoff                  cancel-aware sleep   no retry starts
+    10  the worker's dispatch of a claimed run  poll                 settled cancelled, no provider
+
+Each row's test, in tests/runs/agent/test_checkpoints.py:
+    1 test_cancel_at_turn_entry_never_touches_the_provider
+    2 test_cancel_during_a_non_streaming_call_abandons_the_request
+    3 test_cancel_during_the_stream_discards_the_step_keeping_its_text
+    4 test_cancel_during_the_rate_gate_sleep_never_opens_the_stream
+    5 test_cancel_as_the_stream_fails_never_sends_the_fallback
+    6 test_cancel_between_sequential_tool_calls_never_starts_the_next
+    7 test_cancel_in_a_parallel_wave_never_starts_the_next_wave
+    8 test_cancel_during_a_tool_call_abandons_the_tool
+    9 test_cancel_during_retry_backoff_starts_no_retry
+    10 test_cancel_before_dispatch_settles_without_building_a_provider
+
+Rows 2-5 and 9 live in `runs.agent.model`, 6-8 in `runs.agent.dispatch`, 10 in
+`runs.agent.runner`; approval waits (`runs.agent.approval`) are cancel-aware too.
+Besides short database calls, nothing in the loop waits outside these rows.
+
+A step (the model message and all its tool results) is committed whole at its boundary
+by `transitions.commit_step`; on cancel or failure the in-flight step is discarded: no
+Step row, no tool call without its result; its streamed text is kept on the
+`step_discarded` event, marked interrupted. Steps committed before stay.
+"""
+
+import json
+import logging
+from dataclasses import dataclass
+
+from runs import transitions
+from runs.agent import outcomes
+from runs.agent.approval import Approvals
+from runs.agent.cancel import Cancelled
+from runs.agent.dispatch import ToolDispatcher, deny_listed
+from runs.agent.model import ModelCaller
+from runs.agent.outcomes import ApprovalDenied, LostRun, PolicyDenied
+from runs.agent.providers.base import ModelRequest, ProviderError, SimulatedDeath
+from runs.agent.tools import ToolContext, builtins
+from runs.models import Run, RunInput
+
+log = logging.getLogger(__name__)
+R = Run.TerminationReason
+
+
+@dataclass
+class Stats:
+    """Counters of one worker. A cancel moves none of them."""
+
+    provider_failures: int = 0
+    stream_failures: int = 0
+
+
+class Engine:
+    """Runs one claimed run to an `Outcome`; never settles (the runner does)."""
+
+    def __init__(self, run, *, worker_id, signal, provider, db, progress, config, breaker, stats, tools=None,
+                 policy=None, fire=None):
+        self.run_id = run.id
+        self.fire = fire or signal.cancel  # how the engine fires its own signal (the runner notes why)
+        self.worker_id = worker_id
+        self.signal = signal
+        self.provider = provider
+        self.db = db
+        self.progress = progress
+        self.limits = (run.max_iterations, run.token_budget, run.cost_budget)
+        self.index = run.steps  # the next step to commit
+        self.usage = {"tokens_in": run.tokens_in, "tokens_out": run.tokens_out, "cost": run.cost}
+        self.messages = _opening(run)
+        self.inflight = None  # the step being built: {"index", "reply"?}
+        self.discarded = None  # the step_discarded event's data, once one was dropped
+        tools = tools if tools is not None else builtins()
+        self.caller = ModelCaller(
+            provider, signal=signal, config=config, breaker=breaker, stats=stats,
+            on_text=progress.append, on_restart=progress.restart,
+        )
+        approve = Approvals(
+            run_id=run.id, worker_id=worker_id, signal=signal, db=db, config=config,
+            timeout_s=(run.input or {}).get("approval_timeout_s"),
+        )
+        self.dispatcher = ToolDispatcher(
+            tools, signal=signal, config=config, progress=progress, approve=approve,
+            context=ToolContext(run_id=str(run.id), signal=signal, workspace=config.workspace),
+            policy=policy or deny_listed(config.denied_tools),
+        )
+        self.tool_specs = [tool.spec() for tool in tools.values()]
+
+    async def run(self):
+        """The run's Outcome. Raises only SimulatedDeath (the runner abandons the run)."""
+        try:
+            return await self._loop()
+        except Cancelled:
+            await self._discard("cancelled")
+            return outcomes.CANCELLED
+        except LostRun:
+            log.info("run %s is no longer held by %s: stopping without settling", self.run_id, self.worker_id)
+            return outcomes.LOST
+        except SimulatedDeath:
+            raise
+        except PolicyDenied as error:
+            return await self._fail(outcomes.failed(R.POLICY_DENIED, error))
+        except ApprovalDenied as error:
+            return await self._fail(outcomes.failed(R.APPROVAL_DENIED, error))
+        except ProviderError as error:
+            return await self._fail(outcomes.failed(R.PROVIDER_FAILED, error))
+        except Exception as error:  # noqa: BLE001 - a bug must still settle the run, retryably
+            log.exception("run %s: unexpected error in the engine", self.run_id)
+            return await self._fail(outcomes.failed(R.PROVIDER_FAILED, error, f"internal error: {type(error).__name__}"))
+
+    @property
+    def totals(self):
+        """Tokens and cost spent, including a discarded step's (the provider charged it)."""
+        return dict(self.usage)
+
+    async def _loop(self):
+        while True:
+            outcome = await self._turn()
+            if outcome is not None:
+                return outcome
+
+    async def _turn(self):
+        self.signal.raise_if_cancelled()  # checkpoint 1: the provider is not touched
+        await self._take_messages()
+        if self.provider.exhausted(self.index):
+            return outcomes.COMPLETED
+        max_iterations, token_budget, cost_budget = self.limits
+        if max_iterations and self.index >= max_iterations:
+            return outcomes.MAX_ITERATIONS
+        spent = self.usage["tokens_in"] + self.usage["tokens_out"]
+        if (token_budget and spent >= token_budget) or (cost_budget and self.usage["cost"] >= cost_budget):
+            return outcomes.BUDGET_EXHAUSTED
+        self.signal.raise_if_cancelled()
+        self.inflight = {"index": self.index}
+        self.progress.start(self.index)
+        request = ModelRequest(str(self.run_id), self.index, list(self.messages), self.tool_specs)
+        reply = await self.caller.call(request)
+        self.inflight["reply"] = reply
+        records = await self.dispatcher.run(reply) if reply.tool_calls else []
+        self.signal.raise_if_cancelled()  # cancel polled before the commit, too
+        self.progress.flush()
+        step = await self.db.call(
+            transitions.commit_step, self.run_id, worker=self.worker_id, index=self.index,
+            kind="tool_calls" if records else "message", text=reply.text, tool_calls=records,
+            tokens_in=reply.tokens_in, tokens_out=reply.tokens_out, cost=reply.cost,
+        )
+        if step is None:
+            await self._refused()
+        self.inflight = None
+        self.progress.committed(self.index)
+        self.index += 1
+        self._spend(reply)
+        self.messages += _history(reply, records)
+        if reply.final and not reply.tool_calls:
+            return outcomes.COMPLETED
+        return None
+
+    async def _take_messages(self):
+        for item in await self.db.call(transitions.consume_inputs, self.run_id, kind=RunInput.Kind.MESSAGE):
+            text = (item.payload or {}).get("text") or json.dumps(item.payload)
+            self.messages.append({"role": "user", "content": text})
+
+    async def _refused(self):
+        """commit_step refused: a cancel is pending (discard), or the run is not ours."""
+        beat = await self.db.call(transitions.heartbeat, self.run_id, worker=self.worker_id)
+        if beat.cancel_requested or self.signal.is_cancelled():
+            self.fire()
+            raise Cancelled()
+        if not beat.held:
+            raise LostRun()
+        raise RuntimeError(f"step {self.index} refused out of order")
+
+    async def _fail(self, outcome):
+        # An error that arrives while a cancel is pending is a cancel: the stop came first.
+        if self.signal.is_cancelled():
+            await self._discard("cancelled")
+            return outcomes.CANCELLED
+        await self._discard("failed")
+        return outcome
+
+    async def _discard(self, why):
+        """Drop the in-flight step. Its streamed text is kept for the `step_discarded`
+        event, which the runner writes in the settle's transaction (one commit, so the
+        cancel lands sooner and the timeline never shows one without the other)."""
+        inflight, self.inflight = self.inflight, None
+        if inflight is None:
+            return
+        reply = inflight.get("reply")
+        if reply is not None:
+            self._spend(reply)
+        self.discarded = {
+            "index": inflight["index"], "text": self.progress.text, "interrupted": True, "reason": why,
+            "tool_calls": [c.name for c in reply.tool_calls] if reply else [],
+        }
+
+    def _spend(self, reply):
+        self.usage["tokens_in"] += reply.tokens_in
+        self.usage["tokens_out"] += reply.tokens_out
+        self.usage["cost"] += reply.cost
+
+
+def _opening(run):
+    data = run.input or {}
+    messages = []
+    if data.get("system"):
+        messages.append({"role": "system", "content": str(data["system"])})
+    messages.append({"role": "user", "content": str(data.get("prompt") or run.title or "Begin.")})
+    return messages
+
+
+def _history(reply, records):
+    message = {"role": "assistant", "content": reply.text or None}
+    if records:
+        message["tool_calls"] = [
+            {"id": r["id"], "type": "function", "function": {"name": r["name"], "arguments": json.dumps(r["args"])}}
+            for r in records
+        ]
+    tool_messages = [
+        {"role": "tool", "tool_call_id": r["id"], "content": json.dumps(r.get("result", {"error": r.get("error")}))}
+        for r in records
+    ]
+    return [message, *tool_messages]

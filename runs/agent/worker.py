@@ -1,0 +1,141 @@
+"""The worker: claim queued runs, run them as asyncio tasks, heartbeat, settle.
+
+`Worker(worker_id, concurrency=4, agents=None).serve(stop)` runs until `stop` is set,
+inside any event loop (`run_agents` standalone, or the server's loop when embedded),
+claiming runs of `agents`: by default those it has a provider for (`scripted`,
+`openai`), so a run meant for an external agent (agent API) is never taken here.
+Each of the `concurrency` slots owns a CancelSignal that its runs use in turn (the
+runner re-arms it after each run). A new queued run wakes an idle worker through the
+channel layer when it is up; otherwise the worker polls every `claim_poll_s`.
+
+Shutdown (stop set, e.g. on SIGTERM): claim nothing more, let running runs finish
+within `shutdown_grace_s`, then cancel the rest with source `shutdown` (recorded
+through `request_cancel`, so the row says why) and settle them cancelled. A SIGKILL
+leaves the runs to the reaper (failed / worker_lost, retryable).
+"""
+
+import asyncio
+import logging
+
+from channels.layers import InMemoryChannelLayer
+
+from runs import groups, transitions
+from runs.agent import providers
+from runs.agent.breaker import Breakers
+from runs.agent.cancel import CancelSignal
+from runs.agent.config import EngineConfig
+from runs.agent.db import BroadcastLoop, DbPool
+from runs.agent.fastpath import FastPath
+from runs.agent.runner import RunState, WorkerContext, execute
+from runs.models import Run
+
+log = logging.getLogger(__name__)
+
+# After the grace and the shutdown cancels, how long runs get to reach a checkpoint.
+CANCEL_WAIT_S = 5.0
+
+
+class Worker:
+    def __init__(self, worker_id, *, concurrency=4, agents=None, config=None, db=None, fastpath=None,
+                 provider_for=None, tools=None, policy=None):
+        self.worker_id = worker_id
+        self.concurrency = max(1, int(concurrency))
+        # Only agents this engine can run: a queued run of an external agent (one that
+        # claims through the agent API) must never be taken and failed here.
+        self.agents = list(agents) if agents else list(providers.AGENTS)
+        self.config = config or EngineConfig.from_settings()
+        self._db = db
+        self._fastpath = fastpath
+        self._extras = {k: v for k, v in {"provider_for": provider_for, "tools": tools, "policy": policy}.items() if v}
+        self.active = {}  # task -> RunState
+        self.ctx = None
+        self.ready = asyncio.Event()  # set once serving: tests and the CLI wait on it
+
+    async def serve(self, stop):
+        fastpath = self._fastpath or FastPath()
+        # The in-memory layer's queues belong to this loop; Redis gets a loop of its own.
+        local = isinstance(fastpath.layer, InMemoryChannelLayer)
+        broadcasts = None if self._db or local else BroadcastLoop(name=f"rw-broadcast-{self.worker_id}")
+        db = self._db or DbPool(
+            size=min(self.concurrency + 2, 32), name=f"rw-db-{self.worker_id}",
+            broadcast_loop="caller" if local else broadcasts.loop,
+        )
+        self.ctx = WorkerContext(
+            worker_id=self.worker_id, db=db, fastpath=fastpath, config=self.config,
+            breakers=Breakers(threshold=self.config.breaker_threshold, reset_s=self.config.breaker_reset_s),
+            **self._extras,
+        )
+        idle = [CancelSignal() for _ in range(self.concurrency)]
+        freed, wake = asyncio.Event(), asyncio.Event()
+        listing = await self.ctx.fastpath.subscribe(
+            groups.LIST_GROUP, lambda m: wake.set() if m.get("event") == "created" else None
+        )
+        log.info("worker %s serving (concurrency %d, agents %s)", self.worker_id, self.concurrency, ",".join(self.agents))
+        self.ready.set()
+        try:
+            while not stop.is_set():
+                if not idle:
+                    freed.clear()
+                    await _first(stop.wait(), freed.wait())
+                    continue
+                wake.clear()  # before the claim: a run created during it wakes us again
+                try:
+                    run = await db.call(transitions.claim_next, worker=self.worker_id, agents=self.agents)
+                except Exception as error:  # noqa: BLE001 - the database is back soon, or never
+                    log.warning("worker %s: claim failed (%s); retrying", self.worker_id, error)
+                    run = None
+                if run is None:
+                    await _first(stop.wait(), wake.wait(), timeout=self.config.claim_poll_s)
+                    continue
+                signal = idle.pop()
+                state = RunState(run.id, signal)
+                task = asyncio.ensure_future(execute(run, signal=signal, ctx=self.ctx, state=state))
+                self.active[task] = state
+                task.add_done_callback(lambda t, s=signal: (self.active.pop(t, None), idle.append(s), freed.set()))
+        finally:
+            await self._shutdown()
+            if listing is not None:
+                await listing.close()
+            if self._db is None:
+                await db.aclose()
+            if broadcasts is not None:
+                await asyncio.to_thread(broadcasts.close)
+            log.info("worker %s stopped", self.worker_id)
+
+    async def _shutdown(self):
+        if not self.active:
+            return
+        grace = self.config.shutdown_grace_s
+        log.info("worker %s stopping: %d run(s) get %.1fs to finish", self.worker_id, len(self.active), grace)
+        _, pending = await asyncio.wait(set(self.active), timeout=grace)
+        if not pending:
+            return
+        states = [self.active[t] for t in pending if t in self.active]
+        log.info("worker %s: cancelling %d run(s) still going (source shutdown)", self.worker_id, len(states))
+        for state in states:
+            state.cancel_via = "shutdown"
+        await asyncio.gather(*(self._cancel(state) for state in states), return_exceptions=True)
+        _, stubborn = await asyncio.wait(pending, timeout=CANCEL_WAIT_S)
+        for task in stubborn:  # never reached a checkpoint: left to the reaper
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+
+    async def _cancel(self, state):
+        try:
+            await self.ctx.db.call(
+                transitions.request_cancel, state.run_id, by=self.worker_id,
+                source=Run.CancelSource.SHUTDOWN, note="worker shutting down",
+            )
+        finally:
+            state.signal.cancel()
+
+
+async def _first(*aws, timeout=None):
+    """Wait for the first of `aws` (or the timeout); cancel the others."""
+    tasks = [asyncio.ensure_future(aw) for aw in aws]
+    try:
+        await asyncio.wait(tasks, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,122 @@
+"""The worker in-process: claiming, concurrency, shutdown, lost and dead runs."""
+
+import asyncio
+import dataclasses
+
+import pytest
+import pytest_asyncio
+
+from runs import transitions
+from runs.agent.worker import Worker
+from runs.models import Run
+from tests.runs.agent.conftest import say, until_status
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
+
+
+async def create(pool, script, **kwargs):
+    return await pool.call(lambda: transitions.create_run(agent="scripted", input={"script": script}, **kwargs))
+
+
+@pytest_asyncio.fixture
+async def serve(ctx, config, pool):
+    """`worker, stop, task = await serve(concurrency=…)`; stopped at teardown."""
+    started = []
+
+    async def start(**kwargs):
+        worker = Worker("w-test", config=kwargs.pop("config", config), db=pool, fastpath=ctx.fastpath, **kwargs)
+        stop = asyncio.Event()
+        task = asyncio.ensure_future(worker.serve(stop))
+        await asyncio.wait_for(worker.ready.wait(), 5)
+        started.append((stop, task))
+        return worker, stop, task
+
+    yield start
+    for stop, task in started:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+
+
+async def test_worker_runs_queued_runs_with_bounded_concurrency(serve, pool):
+    runs = [await create(pool, [say(10, 5)]) for _ in range(5)]
+    worker, stop, task = await serve(concurrency=2)
+    peak = 0
+    while True:
+        live = await pool.call(lambda: Run.objects.filter(status="running").count())
+        peak = max(peak, live, len(worker.active))
+        if await pool.call(lambda: Run.objects.filter(status="completed").count()) == 5:
+            break
+        await asyncio.sleep(0.01)
+    assert peak <= 2
+    stop.set()
+    await asyncio.wait_for(task, 5)
+    assert {r.status for r in await pool.call(lambda: list(Run.objects.all()))} == {"completed"}
+    assert len(runs) == 5
+
+
+async def test_worker_claims_only_its_agents_and_never_an_external_agents_run(serve, pool):
+    external = await pool.call(lambda: transitions.create_run(agent="billing-bot", title="external"))
+    scripted = await create(pool, [say(1)])
+    worker, stop, task = await serve()  # default agents: the ones it has providers for
+    assert await until_status(pool, scripted.id, "completed")
+    stop.set()
+    await asyncio.wait_for(task, 5)
+    await serve(agents=["openai"])  # the only worker left must not take a scripted run
+    late = await create(pool, [say(1)])
+    await asyncio.sleep(0.3)  # several claim polls of the remaining worker
+    assert await until_status(pool, late.id, "queued") == "queued"
+    assert await until_status(pool, external.id, "queued") == "queued"
+
+
+async def test_shutdown_lets_short_runs_finish_and_cancels_the_rest_as_shutdown(serve, pool, config):
+    config = dataclasses.replace(config, shutdown_grace_s=0.3)
+    short = await create(pool, [say(5, 20)])  # ~0.1 s
+    long = await create(pool, [say(500, 20)])  # ~10 s
+    worker, stop, task = await serve(config=config, concurrency=2)
+    await until_status(pool, short.id, "running")
+    await until_status(pool, long.id, "running")
+    stop.set()
+    late = await create(pool, [say(1)])  # stopping: never claimed
+    await asyncio.wait_for(task, 5)
+    rows = {r.id: r for r in await pool.call(lambda: list(Run.objects.all()))}
+    assert (rows[short.id].status, rows[short.id].termination_reason) == ("completed", "completed")
+    assert (rows[long.id].status, rows[long.id].cancel_source) == ("cancelled", "shutdown")
+    assert rows[late.id].status == "queued"
+
+
+async def test_a_retired_run_stops_and_its_late_settle_changes_nothing(serve, pool):
+    run = await create(pool, [say(500, 20)])
+    worker, stop, task = await serve()
+    await until_status(pool, run.id, "running")
+    await asyncio.wait_for(_until(lambda: worker.active), 5)
+    assert await pool.call(transitions.force_cancel, run.id, by="op")
+    await asyncio.wait_for(_until(lambda: not worker.active), 5)
+    row = await pool.call(Run.objects.get, pk=run.id)
+    kinds = await pool.call(lambda: list(row.events.values_list("kind", flat=True)))
+    assert (row.status, row.termination_reason) == ("cancelled", "cancelled")
+    # The retire's outcome stands and the worker stopped at once. Whether it learned of
+    # the retire from the channel (then its settle is refused, leaving a trace) or from a
+    # heartbeat (then it knows the run is not its own and does not settle) is a race.
+    assert "step_committed" not in kinds and "settled" not in kinds
+    assert set(kinds[kinds.index("retired") + 1 :]) <= {"step_discarded", "late_settle_ignored"}
+
+
+async def test_a_scripted_death_leaves_the_run_running_for_the_reaper(serve, pool, config):
+    dead = await create(pool, [say(10, 10), {"die": True}])
+    worker, stop, task = await serve()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 5
+    while await pool.call(lambda: Run.objects.values_list("steps", flat=True).get(pk=dead.id)) < 1:
+        assert loop.time() < deadline, "step 0 never committed"
+        await asyncio.sleep(0.01)
+    await asyncio.wait_for(_until(lambda: not worker.active), 5)  # it "died" at turn 1
+    beat = await pool.call(lambda: Run.objects.values_list("heartbeat_at", flat=True).get(pk=dead.id))
+    healthy = await create(pool, [say(10, 30)])  # the worker carries on, ~6 heartbeat intervals
+    assert await until_status(pool, healthy.id, "completed")
+    row = await pool.call(Run.objects.get, pk=dead.id)
+    assert (row.status, row.steps, row.heartbeat_at) == ("running", 1, beat)  # no more beats, no settle
+
+
+async def _until(predicate):
+    while not predicate():
+        await asyncio.sleep(0.01)
