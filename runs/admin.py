@@ -5,7 +5,7 @@ from collections import Counter
 from django.contrib import admin, messages
 
 from runs import transitions
-from runs.models import Run, RunEvent, Step
+from runs.models import ApiKey, Run, RunEvent, Step
 
 
 class StepInline(admin.TabularInline):
@@ -80,3 +80,20 @@ def summarize(outcomes):
     }
     parts = [f"{outcomes[o]} {label}" for o, label in labels.items() if outcomes[o]]
     return ", ".join(parts) or "nothing selected"
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(admin.ModelAdmin):
+    """Keys are created and revoked with `manage.py runs apikey` (the key is shown once);
+    the admin lists them."""
+
+    list_display = ("name", "scope", "prefix", "created_at", "last_used_at", "revoked_at")
+    list_filter = ("scope",)
+    readonly_fields = ("name", "scope", "prefix", "created_at", "last_used_at", "revoked_at")
+    exclude = ("key_hash",)
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False

@@ -287,3 +287,79 @@ class RunInput(models.Model):
 
     def __str__(self):
         return f"{self.kind} input for {self.run_id}"
+
+
+class ApiKey(models.Model):
+    """A key an external agent (or an operator's tool) authenticates with.
+
+    Only the key's SHA-256 is stored; the key itself is printed once, at creation.
+    An API client acts as the worker `api:<name>`, so a key acts only on runs that
+    identity created or claimed. A revoked key stays as a row (its name may be reused).
+    """
+
+    class Scope(models.TextChoices):
+        AGENT = "agent", "agent"  # acts only on runs it created or claimed
+        OPERATOR = "operator", "operator"  # may also read any run, cancel and retire
+
+    name = models.CharField(max_length=64)
+    scope = models.CharField(max_length=16, choices=Scope.choices, default=Scope.AGENT)
+    key_hash = models.CharField(max_length=64, unique=True)
+    prefix = models.CharField(max_length=16)  # shown in listings to tell keys apart
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name", "-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["name"], condition=Q(revoked_at__isnull=True), name="apikey_unique_active_name"
+            ),
+            models.CheckConstraint(name="apikey_scope_valid", condition=Q(scope__in=["agent", "operator"])),
+        ]
+
+    def __str__(self):
+        return f"{self.name} ({self.scope}{', revoked' if self.revoked_at else ''})"
+
+    @property
+    def worker(self):
+        """The worker identity of this key's runs: `Run.worker` of the runs it claims."""
+        return f"api:{self.name}"
+
+    @property
+    def is_operator(self):
+        return self.scope == self.Scope.OPERATOR
+
+
+class ApiRunCreator(models.Model):
+    """Which API identity created a run, so its key may read it before anyone claims it."""
+
+    run = models.OneToOneField(Run, on_delete=models.CASCADE, primary_key=True, related_name="api_creator")
+    worker = models.CharField(max_length=200)  # "api:<key name>"
+
+    def __str__(self):
+        return f"{self.run_id} created by {self.worker}"
+
+
+class IdempotencyRecord(models.Model):
+    """The first answer to a request carrying an `Idempotency-Key`, replayed to its retries.
+
+    Keyed per API identity; `fingerprint` (method, path, body) tells a true retry from a
+    reused key. Written in the same transaction as the change it answers for.
+    """
+
+    owner = models.CharField(max_length=200)  # "api:<key name>"
+    key = models.CharField(max_length=200)
+    fingerprint = models.CharField(max_length=64)
+    status_code = models.PositiveSmallIntegerField()
+    response = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["owner", "key"], name="idempotency_unique_key"),
+        ]
+        indexes = [models.Index(fields=["created_at"], name="idempotency_created")]
+
+    def __str__(self):
+        return f"{self.owner} {self.key} -> {self.status_code}"

@@ -29,7 +29,7 @@ def duration(text):
 
 
 class Command(BaseCommand):
-    help = "Inspect and stop runs: cancel, show, list, stuck, reap."
+    help = "Inspect and stop runs: cancel, show, list, stuck, reap; manage agent API keys (apikey)."
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="action", required=True)
@@ -46,6 +46,14 @@ class Command(BaseCommand):
         stuck.add_argument("--older-than", default="30s", dest="older_than")
         reap = sub.add_parser("reap", help="settle stale runs as failed / worker_lost")
         reap.add_argument("--older-than", default="60s", dest="older_than")
+        apikey = sub.add_parser("apikey", help="agent API keys: create (shown once), revoke, list")
+        keys = apikey.add_subparsers(dest="key_action", required=True)
+        create = keys.add_parser("create", help="mint a key and print it once")
+        create.add_argument("name")
+        create.add_argument("--scope", choices=["agent", "operator"], default="agent")
+        revoke = keys.add_parser("revoke", help="revoke the active key of that name")
+        revoke.add_argument("name")
+        keys.add_parser("list", help="keys, newest first (never the keys themselves)")
 
     def handle(self, *args, action, **options):
         getattr(self, f"do_{action}")(**options)
@@ -113,6 +121,27 @@ class Command(BaseCommand):
         self.stdout.write(f"reaped {len(reaped)} run(s)")
         for run_id in reaped:
             self.stdout.write(f"  {run_id}")
+
+    def do_apikey(self, key_action, **options):
+        from runs.api import auth
+        from runs.models import ApiKey
+
+        if key_action == "create":
+            try:
+                record, key = auth.create_key(options["name"], options["scope"])
+            except ValueError as error:
+                raise CommandError(str(error), returncode=1) from None
+            self.stderr.write(f"{record.scope} key {record.name!r} (acts as {record.worker}); shown once, store it now:")
+            self.stdout.write(key)
+        elif key_action == "revoke":
+            if not auth.revoke_key(options["name"]):
+                raise CommandError(f"no active key named {options['name']!r}", returncode=1)
+            self.stdout.write(f"key {options['name']!r} revoked")
+        else:
+            for record in ApiKey.objects.order_by("-created_at"):
+                state = f"revoked {record.revoked_at:%Y-%m-%d %H:%M}" if record.revoked_at else "active"
+                used = f"{record.last_used_at:%Y-%m-%d %H:%M}" if record.last_used_at else "never"
+                self.stdout.write(f"{record.name:<24} {record.scope:<9} {record.prefix}…  {state:<24} used {used}")
 
 
 def _row(run):

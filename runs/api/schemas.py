@@ -1,0 +1,236 @@
+"""Request and response bodies. Field names are the transitions' argument names.
+
+Bounds mirror the database columns (a PositiveIntegerField holds < 2**31, a
+DecimalField(14, 6) < 10**8), so an out-of-range number is a 422 here rather than a
+database error later. Unknown fields are refused (422), so a misspelt limit is not
+silently ignored.
+"""
+
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Annotated, Any, Literal
+
+from ninja import Schema
+from pydantic import AwareDatetime, ConfigDict, Field, field_validator, model_validator
+
+from runs.models import Run
+
+INT32 = 2**31 - 1
+INT63 = 2**63 - 1
+# strict: JSON true is not the number 1, nor "5" the number 5.
+Count = Annotated[int, Field(ge=0, le=INT32, strict=True)]
+BigCount = Annotated[int, Field(ge=0, le=INT63, strict=True)]
+Money = Annotated[Decimal, Field(ge=0, le=Decimal(99999999), max_digits=14, decimal_places=6)]
+Name = Annotated[str, Field(min_length=1, max_length=100)]
+Status = Literal[tuple(Run.Status.values)]
+Reason = Literal[tuple(Run.TerminationReason.values)]
+
+
+class Strict(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CreateRunIn(Strict):
+    agent: Name
+    title: str = Field("", max_length=300)
+    input: dict[str, Any] = Field(default_factory=dict, description="free-form JSON object given to the agent")
+    max_iterations: Annotated[int, Field(ge=1, le=INT32, strict=True)] | None = None
+    token_budget: Annotated[int, Field(ge=1, le=INT63, strict=True)] | None = None
+    cost_budget: Annotated[Decimal, Field(gt=0, le=Decimal(99999999), max_digits=14, decimal_places=6)] | None = None
+    deadline: AwareDatetime | None = Field(None, description="ISO 8601 with a UTC offset")
+    claim: bool = Field(False, description="create and claim in one step: the run comes back running, held by this key")
+
+    @field_validator("deadline")
+    @classmethod
+    def _bounded(cls, value):
+        # Outside these years a UTC conversion overflows datetime: refuse, don't crash.
+        if value is not None and not 1970 <= value.year <= 9000:
+            raise ValueError("deadline must be between the years 1970 and 9000")
+        return value.astimezone(UTC) if value is not None else None
+
+
+class ClaimIn(Strict):
+    agents: list[Name] = Field(min_length=1, max_length=100, description="agent names this worker runs")
+
+
+class CancelInfo(Schema):
+    requested_at: datetime
+    by: str
+    source: str
+    note: str
+
+
+class Totals(Schema):
+    tokens_in: int
+    tokens_out: int
+    cost: float
+    steps: int
+    tool_calls: int
+
+
+class RunOut(Schema):
+    id: str
+    agent: str
+    title: str
+    input: Any
+    status: Status
+    termination_reason: str
+    truncated: bool
+    worker: str
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    heartbeat_at: datetime | None
+    cancel: CancelInfo | None
+    max_iterations: int | None
+    token_budget: int | None
+    cost_budget: float | None
+    deadline: datetime | None
+    totals: Totals
+    error_class: str
+    error_message: str
+    retry_of: str | None
+
+
+class HeartbeatOut(Schema):
+    held: bool = Field(description="false: stop working on this run (it ended, or is not yours)")
+    cancel_requested: bool = Field(description="true: stop at your next checkpoint and settle cancelled")
+    status: str
+
+
+class DeltaEvent(Strict):
+    type: Literal["delta"]
+    step: Count
+    offset: BigCount = Field(description="character offset of `text` in the step's streamed text")
+    text: str
+
+
+class ToolEvent(Strict):
+    type: Literal["tool"]
+    step: Count
+    id: str = Field(min_length=1, max_length=200)
+    name: str = Field("", max_length=200)
+    state: Literal["started", "finished", "failed"]
+    args: Any = None
+    result: Any = None
+    error: str | None = None
+
+
+Event = Annotated[DeltaEvent | ToolEvent, Field(discriminator="type")]
+
+
+class EventsIn(Strict):
+    events: list[Event] = Field(description="at most 500 items and 1 MiB per request (413 beyond)")
+
+
+class EventsOut(Schema):
+    accepted: int
+    relayed: int = Field(description="messages sent to live viewers after coalescing")
+    cancel_requested: bool
+
+
+class ToolCallIn(Strict):
+    id: str = Field(min_length=1, max_length=200)
+    name: str = Field(min_length=1, max_length=200)
+    args: Any = None
+    result: Any = None
+    error: str | None = None
+
+    @model_validator(mode="after")
+    def _finished(self):
+        # History never holds a tool call without its result.
+        if "result" not in self.model_fields_set and "error" not in self.model_fields_set:
+            raise ValueError("a committed tool call needs its result or its error")
+        return self
+
+
+class StepIn(Strict):
+    index: Count = Field(description="0 for the first step; must equal the run's committed step count")
+    kind: Literal["message", "tool_calls"]
+    text: str = ""
+    tool_calls: list[ToolCallIn] = Field(default_factory=list, max_length=500)
+    tokens_in: Count = 0
+    tokens_out: Count = 0
+    cost: Money = Decimal(0)
+
+
+class StepOut(Schema):
+    committed: bool
+    index: int
+
+
+class TotalsIn(Strict):
+    tokens_in: BigCount | None = None
+    tokens_out: BigCount | None = None
+    cost: Money | None = None
+    steps: Count | None = None
+    tool_calls: Count | None = None
+
+
+class SettleIn(Strict):
+    status: Literal["completed", "failed", "cancelled"]
+    reason: Reason
+    truncated: bool = False
+    totals: TotalsIn | None = None
+    error_class: str = Field("", max_length=200)
+    error_message: str = Field("", max_length=20000)
+
+
+class Outcome(Schema):
+    """Where a run stands after a guarded change (won or lost)."""
+
+    status: str
+    reason: str
+
+
+class SettleOut(Outcome):
+    settled: bool
+
+
+class SuspendIn(Strict):
+    status: Literal["waiting_for_input", "waiting_for_approval"]
+    request: dict[str, Any] | None = Field(None, description="what the run waits for, shown to the operator")
+
+
+class SuspendOut(Outcome):
+    suspended: bool
+
+
+class CancelIn(Strict):
+    note: str = Field("", max_length=500)
+
+
+class CancelOut(Outcome):
+    outcome: Literal["requested", "already_requested", "settled", "already_terminal"]
+
+
+class RetireOut(Outcome):
+    retired: bool
+
+
+class ControlOut(Schema):
+    cancel: CancelInfo | None = Field(description="set once a cancel is pending: stop and settle cancelled")
+    status: str
+    held: bool
+
+
+class ErrorDetail(Schema):
+    code: str
+    message: str
+    fields: dict[str, str]
+
+
+class ErrorOut(Schema):
+    error: ErrorDetail
+
+
+class ConflictOut(ErrorOut):
+    """A 409: the change lost; `status`/`reason` say what stands."""
+
+    status: str = ""
+    reason: str = ""
+    settled: bool | None = None
+
+
+# The error answers every operation documents (413: a body over 1 MiB).
+ERRORS = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 413: ErrorOut, 422: ErrorOut}

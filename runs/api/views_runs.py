@@ -1,0 +1,73 @@
+"""Create, claim and read runs."""
+
+from django.db import transaction
+from django.http import HttpResponse
+from ninja import Router, Status
+
+from runs import transitions
+from runs.api.auth import run_for
+from runs.api.errors import ApiError
+from runs.api.idempotency import IdempotencyKey, idempotent
+from runs.api.schemas import ERRORS, ClaimIn, CreateRunIn, RunOut
+from runs.api.serialize import run_out
+from runs.models import ApiRunCreator, Run
+
+router = Router(tags=["runs"])
+
+
+def mark_replay(request, response):
+    if getattr(request, "idempotent_replay", False):
+        response["Idempotent-Replayed"] = "true"
+
+
+@router.post("/runs", response={201: RunOut, **ERRORS}, summary="Create a run (optionally create and claim it)")
+def create_run(request, payload: CreateRunIn, response: HttpResponse, idempotency_key: IdempotencyKey = None):
+    """Queue a run; with `claim: true` it comes back running, held by this key.
+    Honours `Idempotency-Key`: a retry returns the first answer and creates nothing."""
+    key = request.auth
+
+    def compute():
+        # One transaction: nobody can claim the run between its creation and our claim.
+        with transaction.atomic():
+            try:
+                run = transitions.create_run(
+                    agent=payload.agent,
+                    title=payload.title,
+                    input=payload.input,
+                    max_iterations=payload.max_iterations,
+                    token_budget=payload.token_budget,
+                    cost_budget=payload.cost_budget,
+                    deadline=payload.deadline,
+                )
+            except ValueError as error:
+                raise ApiError(422, str(error)) from None
+            ApiRunCreator.objects.create(run=run, worker=key.worker)
+            if payload.claim and not transitions.claim(run.pk, worker=key.worker):
+                raise RuntimeError("a run created in this transaction could not be claimed")
+            run = Run.objects.get(pk=run.pk)
+        return 201, run_out(run)
+
+    status, body = idempotent(request, key.worker, compute)
+    mark_replay(request, response)
+    return Status(status, body)
+
+
+@router.post("/runs/claim", response={200: RunOut, 204: None, **ERRORS}, summary="Claim the oldest queued run")
+def claim_run(request, payload: ClaimIn, response: HttpResponse, idempotency_key: IdempotencyKey = None):
+    """Take the oldest queued run of one of `agents` (200), or 204 when none is queued.
+    Honours `Idempotency-Key`, so a retried claim does not take a second run."""
+    key = request.auth
+
+    def compute():
+        run = transitions.claim_next(worker=key.worker, agents=payload.agents)
+        return (204, None) if run is None else (200, run_out(run))
+
+    status, body = idempotent(request, key.worker, compute)
+    mark_replay(request, response)
+    return Status(status, body)
+
+
+@router.get("/runs/{run_id}", response={200: RunOut, **ERRORS}, summary="Read a run")
+def get_run(request, run_id: str):
+    """A run this key created or holds (any run for an operator key)."""
+    return Status(200, run_out(run_for(request.auth, run_id)))
