@@ -26,3 +26,9 @@ if settings.DEBUG:
     django_asgi = ASGIStaticFilesHandler(django_asgi)
 
 application = ProtocolTypeRouter({"http": django_asgi, "websocket": websocket_application})
+
+if settings.RUNWARDEN_EMBEDDED:
+    # `make run`: workers and the demo feeder on this server's event loop.
+    from dashboard.embedded import EmbeddedWorkers
+
+    application = EmbeddedWorkers(application)

@@ -1,7 +1,11 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from runs.api.api import api as agent_api
+
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("accounts/", include("django.contrib.auth.urls")),
+    path("api/v1/", agent_api.urls),
+    path("", include("dashboard.pages_urls")),
 ]

@@ -1,0 +1,267 @@
+"""Live run pages over WebSocket: server-rendered fragments for htmx out-of-band swaps.
+
+Both consumers are thin: check the viewer, join the group, `accept()` last, then send
+what the page missed between its render and the socket. Database work happens in
+`database_sync_to_async` helpers; state changes are coalesced so a row updates a few
+times a second at most, however fast its run moves.
+
+The detail consumer also follows the in-flight step. Deltas carry the step index and
+the character offset where they start; the consumer knows how much of the step this
+browser already shows, appends only what is new, drops duplicates, and when a delta
+would leave a gap asks the worker for the whole in-flight text (`run.resync`), which
+replaces the block. So a reconnecting browser sees no gap and no duplicated text.
+"""
+
+import asyncio
+import logging
+import time
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.http import QueryDict
+
+from dashboard import fragments, listing, runview
+from runs import groups
+
+log = logging.getLogger(__name__)
+
+LIST_INTERVAL_S = 0.25  # a list row updates at most four times a second
+DETAIL_INTERVAL_S = 0.1
+RESYNC_EVERY_S = 1.0
+HEARTBEAT_REFRESH_S = 2.0  # heartbeats are not events; viewers re-read them on a clock
+CLOSE_FORBIDDEN = 4403
+CLOSE_NOT_FOUND = 4404
+
+
+class Coalescer:
+    """Collects keys and calls `flush(keys)` at most once per `interval` seconds."""
+
+    def __init__(self, interval, flush):
+        self.interval, self.flush = interval, flush
+        self.pending, self.task, self.last = set(), None, 0.0
+
+    def add(self, key):
+        self.pending.add(key)
+        if self.task is None:
+            self.task = asyncio.ensure_future(self._drain())
+
+    async def _drain(self):
+        loop = asyncio.get_running_loop()
+        try:
+            while self.pending:
+                wait = self.last + self.interval - loop.time()
+                if wait > 0:
+                    await asyncio.sleep(wait)  # the rate limit itself, not a wait for an event
+                keys, self.pending = self.pending, set()
+                self.last = loop.time()
+                await self.flush(keys)
+        except Exception:  # a failed render must not kill the socket silently
+            log.exception("live update failed")
+        finally:
+            self.task = None
+
+    def cancel(self):
+        if self.task is not None:
+            self.task.cancel()
+
+
+@database_sync_to_async
+def viewer_access(user):
+    """Access for a logged-in user with `runs.view_run`, else None."""
+    if not user.is_authenticated or not user.has_perm("runs.view_run"):
+        return None
+    return runview.Access.of(user)
+
+
+@database_sync_to_async
+def current_cursor(run_id):
+    """(event seq, committed steps) of the run now, or None when it does not exist."""
+    return runview.get_run_cursor(run_id)
+
+
+changed_since = database_sync_to_async(listing.changed_since)
+
+
+render_update = database_sync_to_async(runview.render_update)
+heartbeat_cells = database_sync_to_async(runview.heartbeat_cells)
+
+
+@database_sync_to_async
+def render_rows(run_ids, access, filters, first_page):
+    insertable = listing.matching(filters, run_ids) if first_page else set()
+    return runview.render_rows(run_ids, access, insertable=insertable)
+
+
+def query_of(scope):
+    return QueryDict(scope.get("query_string", b"").decode("latin-1"))
+
+
+def int_param(query, name):
+    try:
+        value = int(query.get(name, ""))
+    except ValueError:
+        return None
+    return value if value >= 0 else None
+
+
+class LiveConsumer(AsyncWebsocketConsumer):
+    """Shared: refuse unknown viewers, ignore message types we do not render."""
+
+    coalescer = None
+    ticker = None
+
+    async def refuse(self, code):
+        await self.close(code=code)
+
+    async def dispatch(self, message):
+        kind = message["type"]
+        if kind == "run.progress" and hasattr(self, "run_progress"):
+            # The hot path (up to ten deltas a second per run) touches no database:
+            # skip the thread hop Channels' dispatch makes for every message to close
+            # stale database connections. Measured: about a fifth of the server's time.
+            return await self.run_progress(message)
+        # Another part of the system may add message types to the viewer groups; an
+        # unknown type is ignored rather than killing the viewer's socket.
+        if hasattr(self, kind.replace(".", "_")) or kind.startswith("websocket."):
+            await super().dispatch(message)
+
+    async def receive(self, text_data=None, bytes_data=None):
+        """Viewers only listen; actions are POSTs with CSRF and permission checks."""
+
+    def start_ticker(self):
+        self.ticker = asyncio.ensure_future(self.refresh_heartbeats())
+
+    async def refresh_heartbeats(self):
+        while True:
+            await asyncio.sleep(HEARTBEAT_REFRESH_S)  # a clock, not a wait for an event
+            try:
+                parts = self.heartbeat_parts(await heartbeat_cells())
+            except Exception:  # try again on the next tick
+                log.exception("heartbeat refresh failed")
+                continue
+            if parts:
+                await self.send(text_data=runview.upsert(parts))
+
+    def heartbeat_parts(self, cells):
+        return []
+
+    async def disconnect(self, code):
+        if self.coalescer is not None:
+            self.coalescer.cancel()
+        if self.ticker is not None:
+            self.ticker.cancel()
+        for group in getattr(self, "joined", ()):
+            await self.channel_layer.group_discard(group, self.channel_name)
+
+
+class RunListConsumer(LiveConsumer):
+    """`/ws/runs/?<filters>&page=1&since=<event id>`: row updates for the run list."""
+
+    async def connect(self):
+        self.access = await viewer_access(self.scope["user"])
+        if self.access is None:
+            return await self.refuse(CLOSE_FORBIDDEN)
+        query = query_of(self.scope)
+        self.filters = listing.Filters.from_query(query)
+        self.first_page = query.get("page", "1") == "1"
+        since = int_param(query, "since")
+        self.coalescer = Coalescer(LIST_INTERVAL_S, self.flush)
+        self.joined = [groups.LIST_GROUP]
+        await self.channel_layer.group_add(groups.LIST_GROUP, self.channel_name)
+        await self.accept()
+        self.start_ticker()
+        if since is not None:  # what changed between the page's render (or the last frame) and now
+            for run_id in await changed_since(since, self.filters, self.first_page):
+                self.coalescer.add(str(run_id))
+
+    async def run_changed(self, message):
+        self.coalescer.add(message["run_id"])
+
+    def heartbeat_parts(self, cells):
+        return list(cells.values())
+
+    async def flush(self, run_ids):
+        html = await render_rows(run_ids, self.access, self.filters, self.first_page)
+        await self.send(text_data=html)
+
+
+class RunDetailConsumer(LiveConsumer):
+    """`/ws/runs/<uuid>/?seq=&steps=&step=&offset=`: one run, live, from where the page is."""
+
+    async def connect(self):
+        self.run_id = str(self.scope["url_route"]["kwargs"]["run_id"])
+        self.access = await viewer_access(self.scope["user"])
+        if self.access is None:
+            return await self.refuse(CLOSE_FORBIDDEN)
+        cursor = await current_cursor(self.run_id)
+        if cursor is None:
+            return await self.refuse(CLOSE_NOT_FOUND)
+        query = query_of(self.scope)
+        seq, steps = int_param(query, "seq"), int_param(query, "steps")
+        # Without a cursor the browser is taken to be current (a fresh render).
+        self.seq = cursor.seq if seq is None else seq
+        self.steps_known = cursor.steps if steps is None else steps
+        self.terminal = cursor.terminal
+        self.step = int_param(query, "step")
+        self.length = int_param(query, "offset") or 0
+        self.resync_asked = 0.0
+        self.coalescer = Coalescer(DETAIL_INTERVAL_S, self.flush)
+        self.joined = [groups.viewers(self.run_id)]
+        await self.channel_layer.group_add(self.joined[0], self.channel_name)
+        await self.accept()
+        self.start_ticker()
+        if (self.seq, self.steps_known) != (cursor.seq, cursor.steps):
+            self.coalescer.add(self.run_id)
+        if not cursor.terminal:
+            await self.ask_resync()
+
+    async def run_changed(self, message):
+        self.coalescer.add(self.run_id)
+
+    def heartbeat_parts(self, cells):
+        cell = None if self.terminal else cells.get(self.run_id)
+        return [cell] if cell else []
+
+    async def flush(self, _keys):
+        update = await render_update(self.run_id, self.access, after_seq=self.seq, steps_known=self.steps_known)
+        if update is None:
+            return
+        html, self.seq, self.steps_known, run = update
+        if run.is_terminal and not self.terminal:
+            html += fragments.outcome_settled(run)
+        self.terminal = run.is_terminal
+        # Decided after the await: a delta of the next step may have arrived meanwhile,
+        # and its text must not be wiped.
+        if self.terminal or (self.step is not None and self.step < self.steps_known):
+            html += fragments.inflight_block(self.steps_known, "", live=False)
+            self.step, self.length = None, 0
+        await self.send(text_data=html)
+
+    async def run_progress(self, message):
+        step, offset, text = message.get("step"), message.get("offset", 0), message.get("text", "")
+        tools = message.get("tools")
+        if self.terminal or not isinstance(step, int) or step < self.steps_known:
+            return  # a late delta of a step that is committed (or discarded) already
+        if message.get("resync") or step != self.step:
+            if offset != 0:
+                return await self.ask_resync()  # we would show the middle of a step
+            self.step, self.length = step, len(text)
+            return await self.send(text_data=fragments.inflight_block(step, text, tools=tools))
+        if offset > self.length:
+            return await self.ask_resync()  # a gap: some delta never reached us
+        end = offset + len(text)
+        if end <= self.length and not tools:
+            return  # all of it is shown already
+        fresh = text[self.length - offset:] if end > self.length else ""
+        self.length = max(self.length, end)
+        await self.send(text_data=fragments.inflight_append(fresh, tools=tools))
+
+    async def ask_resync(self):
+        """Ask whoever runs the run for the whole in-flight text, at most once a second."""
+        now = time.monotonic()
+        if now - self.resync_asked < RESYNC_EVERY_S:
+            return
+        self.resync_asked = now
+        await self.channel_layer.group_send(
+            groups.control(self.run_id), {"type": "run.resync", "reply_channel": self.channel_name}
+        )

@@ -1,0 +1,166 @@
+"""The run list's questions: filters, search, keyset pages and counts (read-only).
+
+The same `Filters` serve the page and the list socket, so a run that starts matching
+the operator's filters while they watch appears on their first page.
+"""
+
+import base64
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db.models import Count, Q
+from django.http import QueryDict
+
+from runs import queries
+from runs.models import Run, RunEvent
+from runs.transitions import parse_id
+
+PAGE_SIZE = 50
+FLAGS = ("stuck", "retryable", "cancelling")
+
+
+@dataclass(frozen=True)
+class Filters:
+    status: str = ""
+    reason: str = ""
+    agent: str = ""
+    q: str = ""
+    stuck: bool = False
+    retryable: bool = False
+    cancelling: bool = False
+
+    @classmethod
+    def from_query(cls, query: QueryDict):
+        """Unknown values are dropped, never an error: a stale bookmark still opens."""
+        status = query.get("status", "")
+        reason = query.get("reason", "")
+        return cls(
+            status=status if status in Run.Status.values else "",
+            reason=reason if reason in Run.TerminationReason.values else "",
+            agent=query.get("agent", "").strip()[:100],
+            q=query.get("q", "").strip()[:300],
+            **{flag: query.get(flag, "") in ("1", "on", "true") for flag in FLAGS},
+        )
+
+    @property
+    def active(self):
+        return any((self.status, self.reason, self.agent, self.q, self.stuck, self.retryable, self.cancelling))
+
+    def as_query(self, **override):
+        """The filters as a query string (for links and the socket URL)."""
+        query = QueryDict(mutable=True)
+        values = {**self.__dict__, **override}
+        for name, value in values.items():
+            if value is True:
+                query[name] = "1"
+            elif value:
+                query[name] = value
+        return query.urlencode()
+
+    def apply(self, runs):
+        if self.status:
+            runs = runs.filter(status=self.status)
+        if self.reason:
+            runs = runs.filter(termination_reason=self.reason)
+        if self.agent:
+            runs = runs.filter(agent=self.agent)
+        if self.q:
+            run_id = parse_id(self.q)
+            runs = runs.filter(pk=run_id) if run_id else runs.filter(title__icontains=self.q)
+        if self.stuck:
+            runs = runs.filter(pk__in=queries.stuck(stuck_after()).values("pk"))
+        if self.retryable:
+            runs = runs.filter(
+                status__in=Run.TERMINAL, termination_reason__in=Run.RETRYABLE, retried_at__isnull=True
+            )
+        if self.cancelling:
+            runs = runs.filter(cancel_requested_at__isnull=False, status__in=Run.NON_TERMINAL)
+        return runs
+
+
+def stuck_after():
+    return timedelta(seconds=settings.RUNWARDEN_STUCK_S)
+
+
+def encode_cursor(run):
+    raw = f"{run.created_at.isoformat()}|{run.pk}"
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_cursor(text):
+    """(created_at, id) or None for anything malformed."""
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode()
+        stamp, run_id = raw.split("|", 1)
+        created = datetime.fromisoformat(stamp)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    run_id = parse_id(run_id)
+    return (created, run_id) if run_id else None
+
+
+def page(filters, *, before="", size=None):
+    """One page, newest first, and the cursor of the next (older) page or ''."""
+    size = size or PAGE_SIZE
+    runs = filters.apply(Run.objects.all()).order_by("-created_at", "-id")
+    cursor = decode_cursor(before) if before else None
+    if cursor:
+        created, run_id = cursor
+        runs = runs.filter(Q(created_at__lt=created) | Q(created_at=created, id__lt=run_id))
+    rows = list(runs[: size + 1])
+    more = len(rows) > size
+    rows = rows[:size]
+    return rows, (encode_cursor(rows[-1]) if more else "")
+
+
+def matching(filters, run_ids):
+    """Which of `run_ids` the filters let through (as UUIDs)."""
+    run_ids = {parse_id(run_id) for run_id in run_ids} - {None}
+    if not filters.active:
+        return run_ids
+    return set(filters.apply(Run.objects.filter(pk__in=list(run_ids))).values_list("pk", flat=True))
+
+
+_counts_cache = {"at": 0.0, "value": None}
+COUNTS_TTL_S = 1.0
+
+
+def counts(*, fresh=False):
+    """Runs per status (all of them), plus stuck and cancelling. Live updates take the
+    memo (a second old at most) so fifty viewers do not run fifty aggregates each."""
+    now = time.monotonic()
+    if not fresh and _counts_cache["value"] is not None and now - _counts_cache["at"] < COUNTS_TTL_S:
+        return _counts_cache["value"]
+    per_status = dict(Run.objects.values_list("status").annotate(n=Count("id")).order_by())
+    value = {
+        "statuses": [(s.value, s.label, per_status.get(s.value, 0)) for s in Run.Status],
+        "total": sum(per_status.values()),
+        "stuck": queries.stuck(stuck_after()).count(),
+        "cancelling": Run.objects.filter(cancel_requested_at__isnull=False, status__in=Run.NON_TERMINAL).count(),
+    }
+    _counts_cache.update(at=now, value=value)
+    return value
+
+
+def agents():
+    return list(Run.objects.order_by("agent").values_list("agent", flat=True).distinct()[:100])
+
+
+def last_event_id():
+    """The newest timeline entry's id: the list's resume point (ids only grow)."""
+    return RunEvent.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
+
+
+CATCH_UP_MARGIN = 500  # ids around the resume point are sent again, never lost (commit order ≠ id order)
+CATCH_UP_WINDOW = 20_000  # beyond this many events, refresh the first page instead
+
+
+def changed_since(event_id, filters, first_page, *, limit=500):
+    """Ids of runs to re-send to a list viewer that saw everything up to `event_id`."""
+    start = max(0, event_id - CATCH_UP_MARGIN)
+    if last_event_id() - start > CATCH_UP_WINDOW:  # long gone: what the page would show now
+        return [run.pk for run in page(filters)[0]] if first_page else []
+    changed = RunEvent.objects.filter(pk__gt=start).order_by().values_list("run_id", flat=True).distinct()
+    return list(changed[:limit])

@@ -1,0 +1,196 @@
+"""What the run pages show, read from the database (read-only helpers).
+
+The page views and the live consumers build their context here, so a fragment pushed
+over the socket is the same HTML the page would render after a reload.
+"""
+
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.template.loader import render_to_string
+from django.utils import timezone
+from django.utils.safestring import mark_safe
+
+from dashboard import listing
+from runs.models import Run, RunEvent, RunInput, Step
+
+TIMELINE_LIMIT = 500
+# Keys shown by the timeline template itself; anything else goes under "details".
+SHOWN_EVENT_KEYS = {"status", "reason", "note", "settled_queued", "index", "kind", "text", "partial_text",
+                    "interrupted_text", "refused", "standing", "new_run", "retry_of", "answer", "request",
+                    "interrupted", "tool_calls", "truncated", "error_class"}
+
+
+@dataclass(frozen=True)
+class Access:
+    """What the viewer may do; checked on the server for every action too."""
+
+    can_cancel: bool
+
+    @classmethod
+    def of(cls, user):
+        return cls(can_cancel=user.has_perm("runs.cancel_run"))
+
+
+def is_stuck(run, now=None):
+    if run.status not in Run.LIVE:
+        return False
+    if run.heartbeat_at is None:
+        return True
+    return (now or timezone.now()) - run.heartbeat_at > listing.stuck_after()
+
+
+def cancel_unhonoured(run, now=None):
+    """A cancel asked longer ago than RUNWARDEN_CANCEL_GRACE_S and still not settled."""
+    if not run.is_cancelling or run.status not in Run.LIVE:
+        return False
+    grace = timedelta(seconds=settings.RUNWARDEN_CANCEL_GRACE_S)
+    return (now or timezone.now()) - run.cancel_requested_at > grace
+
+
+def buttons(run, access):
+    """Which actions apply to this run for this viewer."""
+    if not access.can_cancel:
+        return {}
+    live = not run.is_terminal
+    return {
+        "abort": live,
+        "retire": run.status in Run.LIVE and (is_stuck(run) or cancel_unhonoured(run)),
+        "retry": run.is_retryable and run.retried_at is None,
+        "approve": run.status == Run.Status.WAITING_FOR_APPROVAL and not run.is_cancelling,
+        "send_input": run.status == Run.Status.WAITING_FOR_INPUT and not run.is_cancelling,
+    }
+
+
+def event_rows(events):
+    rows = []
+    for event in events:
+        extra = {k: v for k, v in (event.data or {}).items() if k not in SHOWN_EVENT_KEYS}
+        interrupted = ""
+        for key in ("interrupted_text", "partial_text", "text"):
+            if isinstance((event.data or {}).get(key), str):
+                interrupted = event.data[key]
+                break
+        rows.append({"event": event, "data": event.data or {}, "extra": extra, "interrupted": interrupted})
+    return rows
+
+
+def header_context(run, access):
+    return {
+        "run": run,
+        "access": access,
+        "buttons": buttons(run, access),
+        "stuck": is_stuck(run),
+        "retries": list(run.retries.order_by("created_at").values_list("pk", flat=True)),
+    }
+
+
+def detail_context(run, access):
+    events = list(RunEvent.objects.filter(run=run).order_by("-seq")[:TIMELINE_LIMIT])[::-1]
+    return {
+        **header_context(run, access),
+        "steps": list(Step.objects.filter(run=run).order_by("index")),
+        "events": event_rows(events),
+        "inputs": list(RunInput.objects.filter(run=run).order_by("created_at", "id")),
+        "inflight_step": run.steps,
+    }
+
+
+def get_run(run_id):
+    return Run.objects.select_related("retry_of").filter(pk=run_id).first()
+
+
+def render_update(run_id, access, *, after_seq, steps_known):
+    """The fragments that bring a viewer from (`after_seq`, `steps_known`) to now:
+    header, actions and inputs replaced; new timeline events and committed steps
+    appended. Returns (html, seq, steps, run) or None when the run is gone."""
+    run = get_run(run_id)
+    if run is None:
+        return None
+    events = event_rows(RunEvent.objects.filter(run=run, seq__gt=after_seq).order_by("seq")[:TIMELINE_LIMIT])
+    steps = list(Step.objects.filter(run=run, index__gte=steps_known).order_by("index"))
+    seq = events[-1]["event"].seq if events else after_seq
+    steps_known = max(steps_known, steps[-1].index + 1 if steps else 0)
+    context = {
+        **header_context(run, access),
+        "events": events,
+        "new_steps": steps,
+        "inputs": list(RunInput.objects.filter(run=run).order_by("created_at", "id")),
+        "seq": seq,
+        "steps_known": steps_known,
+    }
+    return render_to_string("runs/live_detail.html", context), seq, steps_known, run
+
+
+_rows = {}
+ROW_TTL_S = 1.0
+ROW_CACHE_LIMIT = 5000
+
+
+def render_row(run, access, insert):
+    """One list row. Every list socket of a process renders the same rows, so a row is
+    memoised by what changes it (its event seq: every change of status, totals or
+    cancel bumps it) for a second; ages in it tick in the browser anyway."""
+    key = (run.pk, run.event_seq, access.can_cancel, insert)
+    now = time.monotonic()
+    hit = _rows.get(key)
+    if hit is not None and now - hit[0] < ROW_TTL_S:
+        return hit[1]
+    html = render_to_string("runs/list.html#row", {"run": run, "access": access, "insert": insert})
+    if len(_rows) >= ROW_CACHE_LIMIT:
+        _rows.clear()
+    _rows[key] = (now, html)
+    return html
+
+
+def render_rows(run_ids, access, *, insertable):
+    """List rows for `run_ids` (newest first) in one out-of-band block; rows in
+    `insertable` may be added to the top of a first page that lacks them."""
+    last_event = listing.last_event_id()  # before the rows: the cursor never runs ahead of them
+    runs = Run.objects.filter(pk__in=list(run_ids)).order_by("-created_at", "-id")
+    rows = [render_row(run, access, run.pk in insertable) for run in runs]
+    return render_to_string(
+        "runs/live_list.html",
+        {"rows": mark_safe("".join(rows)), "counts": listing.counts(), "last_event": last_event},  # rendered HTML
+    )
+
+
+@dataclass(frozen=True)
+class Cursor:
+    seq: int
+    steps: int
+    terminal: bool
+
+
+def get_run_cursor(run_id):
+    """Where the run stands (last event seq, committed steps), or None if unknown."""
+    row = Run.objects.filter(pk=run_id).values("event_seq", "steps", "status").first()
+    if row is None:
+        return None
+    return Cursor(seq=row["event_seq"], steps=row["steps"], terminal=row["status"] in Run.TERMINAL)
+
+
+_heartbeats = {"at": 0.0, "cells": {}}
+HEARTBEATS_TTL_S = 1.0
+HEARTBEATS_LIMIT = 500
+
+
+def heartbeat_cells():
+    """{run id: heartbeat cell HTML} for live runs. Heartbeats are not broadcast (they
+    are not events), so viewers refresh them from here; memoised for a second so all
+    the sockets of a process share one query and one render."""
+    now = time.monotonic()
+    if now - _heartbeats["at"] < HEARTBEATS_TTL_S:
+        return _heartbeats["cells"]
+    runs = Run.objects.filter(status__in=Run.LIVE).only("id", "status", "heartbeat_at")[:HEARTBEATS_LIMIT]
+    cells = {str(run.pk): render_to_string("runs/_heartbeat.html", {"run": run}) for run in runs}
+    _heartbeats.update(at=now, cells=cells)
+    return cells
+
+
+def upsert(html_parts):
+    """Wrap elements (with ids) so they replace their namesakes wherever they are on
+    the page, and are dropped where they are not (see live.js)."""
+    return '<div hx-swap-oob="afterbegin:#upsert-sink">' + "".join(html_parts) + "</div>"

@@ -1,0 +1,142 @@
+// Runwarden live pages: the glue around htmx's ws extension. No framework, no build.
+//
+// - The socket URL carries where the page is (last event seq, committed steps, the
+//   in-flight step and how much of its text we show), so a reconnect resumes without
+//   a gap or a duplicate.
+// - A hidden tab closes its socket and reconnects (catching up) when shown again.
+// - Appended fragments (rows, steps, events) replace an element with the same id
+//   instead of adding a second copy.
+(function () {
+  "use strict";
+  var live = { socket: null, wrapper: null, paused: false };
+  window.runwardenLive = live; // for scripts, tests and the curious operator
+
+  function cursorParams(url) {
+    var u = new URL(url, location.href);
+    var cursor = document.getElementById("live-cursor");
+    if (cursor && cursor.dataset.since) u.searchParams.set("since", cursor.dataset.since);
+    if (cursor && cursor.dataset.seq) u.searchParams.set("seq", cursor.dataset.seq);
+    if (cursor && cursor.dataset.steps) u.searchParams.set("steps", cursor.dataset.steps);
+    var inflight = document.getElementById("inflight");
+    if (inflight && !inflight.classList.contains("idle")) {
+      var text = document.getElementById("inflight-text");
+      u.searchParams.set("step", inflight.dataset.step);
+      // Code points, as the server counts them (not UTF-16 units).
+      u.searchParams.set("offset", String(Array.from(text ? text.textContent : "").length));
+    } else {
+      u.searchParams.delete("step");
+      u.searchParams.delete("offset");
+    }
+    return u.toString();
+  }
+
+  htmx.createWebSocket = function (url) {
+    var socket = new WebSocket(cursorParams(url), []);
+    socket.binaryType = htmx.config.wsBinaryType;
+    return socket;
+  };
+
+  function setState(state, text) {
+    var el = document.getElementById("live-state");
+    if (!el) return;
+    el.dataset.state = state;
+    el.textContent = text;
+  }
+
+  document.addEventListener("htmx:wsConnecting", function () { setState("connecting", "connecting…"); });
+  document.addEventListener("htmx:wsOpen", function (e) {
+    live.socket = e.detail.event.target;
+    live.wrapper = e.detail.socketWrapper;
+    setState("on", "live");
+  });
+  document.addEventListener("htmx:wsClose", function (e) {
+    // A socket replaced by a reconnect may report its close after the new one opened.
+    if (live.socket && e.detail.event.target !== live.socket) return;
+    if (live.paused) return setState("paused", "paused (tab hidden)");
+    var code = e.detail.event.code;
+    if (code === 4403) return setState("off", "not allowed: log in again");
+    if (code === 4404) return setState("off", "run not found");
+    setState("off", "reconnecting…");
+  });
+
+  document.addEventListener("visibilitychange", function () {
+    if (!live.wrapper) return;
+    if (document.hidden) {
+      live.paused = true;
+      if (live.socket && live.socket.readyState <= 1) live.socket.close(1000, "tab hidden");
+    } else if (live.paused) {
+      live.paused = false;
+      live.wrapper.reconnect();
+    }
+  });
+
+  // Upsert into containers marked data-upsert: a fragment element whose id is already
+  // on the page replaces it in place; a list row not marked insertable is dropped.
+  document.addEventListener("htmx:oobBeforeSwap", function (e) {
+    var target = e.detail.target;
+    if (!target || !target.hasAttribute("data-upsert")) return;
+    var fragment = e.detail.fragment;
+    Array.prototype.slice.call(fragment.children).forEach(function (child) {
+      var existing = child.id && document.getElementById(child.id);
+      if (existing) {
+        existing.replaceWith(child);
+        htmx.process(child);
+      } else if (child.dataset.insert === "0") {
+        child.remove();
+      }
+    });
+  });
+
+  // New runs are added at the top of the first page; keep it bounded, and point
+  // "older" at the first run no longer shown so keyset paging misses nothing.
+  var MAX_ROWS = 200;
+  document.addEventListener("htmx:wsAfterMessage", function () {
+    var rows = document.querySelectorAll("#run-rows > [data-testid=run-row]");
+    if (rows.length <= MAX_ROWS) return;
+    var keep = rows[MAX_ROWS - 1];
+    for (var i = MAX_ROWS; i < rows.length; i++) rows[i].remove();
+    var older = document.querySelector("a[data-older]");
+    if (older) {
+      var u = new URL(older.href, location.href);
+      u.searchParams.set("before", keep.dataset.cursor);
+      older.href = u.toString();
+      older.hidden = false;
+    }
+  });
+
+  // Ages and running durations tick in the browser; the server sends the instants.
+  function span(seconds) {
+    seconds = Math.max(0, Math.floor(seconds));
+    function pad(n) { return n < 10 ? "0" + n : String(n); }
+    if (seconds < 60) return seconds + "s";
+    if (seconds < 3600) return Math.floor(seconds / 60) + "m " + pad(seconds % 60) + "s";
+    if (seconds < 86400) return Math.floor(seconds / 3600) + "h " + pad(Math.floor(seconds % 3600 / 60)) + "m";
+    return Math.floor(seconds / 86400) + "d " + pad(Math.floor(seconds % 86400 / 3600)) + "h";
+  }
+  function tick() {
+    if (document.hidden) return;
+    var now = Date.now();
+    document.querySelectorAll("time[data-tick]").forEach(function (el) {
+      var at = Date.parse(el.getAttribute("datetime"));
+      if (!isNaN(at)) el.textContent = span((now - at) / 1000);
+    });
+  }
+  setInterval(tick, 1000);
+
+  // Dialogs and confirmations, without inline scripts.
+  document.addEventListener("click", function (e) {
+    var asking = e.target.closest("[data-confirm]");
+    if (asking && !window.confirm(asking.dataset.confirm)) {
+      e.preventDefault();
+      return;
+    }
+    var opener = e.target.closest("[data-open-dialog]");
+    if (opener) {
+      var dialog = document.getElementById(opener.dataset.openDialog);
+      if (dialog && !dialog.open) dialog.showModal();
+      return;
+    }
+    var closer = e.target.closest("[data-close-dialog]");
+    if (closer) closer.closest("dialog").close();
+  });
+})();

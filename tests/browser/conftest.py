@@ -1,0 +1,134 @@
+"""Real-browser tests: Debian's Chromium driven by Playwright against a live daphne.
+
+Run them in their own pytest process (`-m browser`, with DJANGO_ALLOW_ASYNC_UNSAFE=true
+and HOME pointed at a temporary folder): Playwright's sync API keeps an event loop in
+the test thread, which breaks asyncio tests sharing the process.
+
+The server is a forked `DaphneProcess`; it does not share the in-memory channel layer,
+so both sides use the Redis pub/sub layer (own prefix per session). The test process
+plays the rest of the system from a `Fleet` thread with its own event loop: it calls
+the transitions (which broadcast after commit), streams deltas, and acts as the worker
+that hears a cancel and settles.
+"""
+
+import asyncio
+import os
+import threading
+from functools import partial
+from pathlib import Path
+
+import pytest
+from channels.db import database_sync_to_async
+from django.conf import settings
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
+from django.db import connections
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+REQUIRED = os.environ.get("REQUIRE_BROWSER", "0") == "1"
+REDIS_URL = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
+SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "dashboard.png"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _chromium_present():
+    """Skip loudly without Chromium, or fail under REQUIRE_BROWSER=1 (CI)."""
+    if not Path(CHROMIUM).exists():
+        message = f"{CHROMIUM} is missing (apt-get install -y chromium)"
+        if REQUIRED:
+            pytest.fail(f"REQUIRE_BROWSER=1 and {message}", pytrace=False)
+        pytest.skip(f"!!! SKIPPING browser tests: {message}")
+
+
+@pytest.fixture(scope="session")
+def browser_type_launch_args(browser_type_launch_args):
+    return {**browser_type_launch_args, "executable_path": CHROMIUM, "args": CHROMIUM_ARGS}
+
+
+@pytest.fixture(scope="session")
+def browser_context_args(browser_context_args):
+    return {**browser_context_args, "viewport": {"width": 1360, "height": 820}}
+
+
+def _redis_reachable():
+    import redis
+
+    try:
+        return redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1).ping()
+    except redis.RedisError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def live_server_url(django_db_setup, django_db_blocker):
+    """A daphne server in a forked process, on the test database and the Redis layer."""
+    from channels.layers import channel_layers
+    from channels.testing.live import make_application
+    from daphne.testing import DaphneProcess
+
+    if not _redis_reachable():
+        message = f"Redis at {REDIS_URL} is not reachable; the browser tests need a shared channel layer"
+        pytest.fail(message) if REQUIRED else pytest.skip("!!! SKIPPING browser tests: " + message)
+    settings.CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL], "prefix": f"rw_browser_{os.getpid()}"},
+        }
+    }
+    channel_layers.backends.clear()
+    with django_db_blocker.unblock():
+        connections.close_all()  # a forked child must not share our sockets
+        server = DaphneProcess("127.0.0.1", partial(make_application, static_wrapper=ASGIStaticFilesHandler))
+        server.start()
+        if not server.ready.wait(timeout=20):
+            server.terminate()
+            raise RuntimeError("daphne did not start")
+    yield f"http://127.0.0.1:{server.port.value}"
+    server.terminate()
+    server.join(10)
+
+
+class Fleet:
+    """The rest of the system, driven from a thread with its own event loop (the test
+    thread has Playwright's loop, where async_to_sync cannot run)."""
+
+    def __init__(self):
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def run(self, coro, timeout=15):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def call(self, fn, *args, **kwargs):
+        """A sync function (a transition) in the fleet's database thread."""
+        return self.run(database_sync_to_async(fn)(*args, **kwargs))
+
+    def start(self, coro):
+        """Run `coro` in the background; returns its concurrent future."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def close(self):
+        self.run(database_sync_to_async(connections.close_all)())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+
+@pytest.fixture
+def fleet(live_server_url, transactional_db):
+    fleet = Fleet()
+    yield fleet
+    fleet.close()
+
+
+@pytest.fixture
+def screenshot_path():
+    SCREENSHOT.parent.mkdir(exist_ok=True)
+    return SCREENSHOT
