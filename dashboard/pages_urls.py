@@ -3,6 +3,7 @@
 from django.urls import path
 
 from dashboard import views
+from dashboard.ops_urls import urlpatterns as ops_urlpatterns
 
 app_name = "dashboard"
 
@@ -15,4 +16,5 @@ urlpatterns = [
     path("runs/<uuid:run_id>/retry", views.retry, name="retry"),
     path("runs/<uuid:run_id>/approve", views.approve, name="approve"),
     path("runs/<uuid:run_id>/input", views.send_input, name="input"),
+    *ops_urlpatterns,
 ]

@@ -1,11 +1,13 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from dashboard.views.ops import metrics_view
 from runs.api.api import api as agent_api
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("accounts/", include("django.contrib.auth.urls")),
     path("api/v1/", agent_api.urls),
+    path("metrics", metrics_view, name="metrics"),
     path("", include("dashboard.pages_urls")),
 ]

@@ -1,0 +1,171 @@
+"""Operator pages for triage: the triage board, bulk preview and execution, the audit
+trail (with CSV export), the overview charts, and the Prometheus endpoint."""
+
+import ipaddress
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required, permission_required
+from django.core.paginator import Paginator
+from django.http import HttpResponse, StreamingHttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.crypto import constant_time_compare
+from django.views.decorators.http import require_GET, require_http_methods
+
+from dashboard import charts, listing, runview
+from runs import audit, bulk, metrics, overview, triage
+from runs.models import Run
+from runs.transitions import parse_id
+
+SECTION_ROWS = 10
+SELECTION_LIMIT = 500
+NOTE_LIMIT = 500
+VERBS = {"cancel": "Abort", "retire": "Retire", "retry": "Retry"}
+EXPLAIN = {
+    "cancel": "Each live run's worker is asked to stop at its next checkpoint; queued runs are cancelled at once.",
+    "retire": "Each run is marked cancelled now, without waiting for its worker (for runs whose worker is gone). "
+              "A worker that is still alive has its late settle ignored.",
+    "retry": "Each failed, retryable run is queued again as a new run linked to the original.",
+}
+
+
+def viewer(view):
+    return require_GET(login_required(permission_required("runs.view_run", raise_exception=True)(view)))
+
+
+@viewer
+def triage_page(request):
+    sections = [
+        {"section": s, "count": s.runs.count(), "runs": list(s.runs[:SECTION_ROWS])} for s in triage.sections()
+    ]
+    return render(request, "ops/triage.html", {"sections": sections, "access": runview.Access.of(request.user)})
+
+
+def _targets(source):
+    """The runs a bulk request names: a triage section, a selection, or a list filter."""
+    if source.get("section"):
+        try:
+            return triage.section(source["section"]).runs, f"triage: {triage.section(source['section']).title}"
+        except KeyError:
+            return Run.objects.none(), "an unknown triage section"
+    ids = {parse_id(v) for v in source.getlist("run")[:SELECTION_LIMIT]} - {None}
+    if ids:
+        return Run.objects.filter(pk__in=ids), f"{len(ids)} selected run{'s' if len(ids) != 1 else ''}"
+    filters = listing.Filters.from_query(source)
+    if not filters.active:
+        return Run.objects.all(), "all runs"
+    return filters.apply(Run.objects.all()), "runs matching the list's filters"
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+def bulk_page(request):
+    """GET: preview (count and a sample) and a confirmation form; POST: execute
+    through the guarded transitions, then show what each run became."""
+    if not request.user.has_perm("runs.cancel_run"):
+        return render(request, "ops/forbidden.html", status=403)
+    source = request.POST if request.method == "POST" else request.GET
+    action = source.get("action", "")
+    if action not in bulk.ACTIONS:
+        messages.warning(request, "Pick an action: abort, retire or retry.")
+        return redirect(reverse("dashboard:triage"))
+    runs, described = _targets(source)
+    targets = bulk.applicable(action, runs)
+    hidden = [(k, v) for k in ("section", "run", *listing.Filters.__dataclass_fields__) for v in source.getlist(k)]
+    context = {"action": action, "verb": VERBS[action], "explain": EXPLAIN[action], "described": described,
+               "hidden": hidden}
+    if request.method == "GET":
+        preview = bulk.preview(action, runs)
+        return render(request, "ops/bulk.html", {**context, "preview": preview, "access": runview.Access.of(request.user)})
+    note = source.get("note", "").strip()[:NOTE_LIMIT] or f"bulk {action}"
+    summary = bulk.execute(action, targets, by=request.user, note=note)
+    return render(request, "ops/bulk.html", {**context, "summary": sorted(summary.items()), "total": sum(summary.values())})
+
+
+AUDIT_FILTERS = ("actor", "source", "kind", "run")
+
+
+def _audit_entries(query):
+    return audit.entries(
+        actor=query.get("actor", "").strip()[:150],
+        source=query.get("source", "") if query.get("source", "") in audit.WHERE else "",
+        kind=query.get("kind", "") if query.get("kind", "") in audit.ACTION_KINDS else "",
+        run_id=parse_id(query.get("run", "")) if query.get("run") else None,
+    )
+
+
+@viewer
+def audit_page(request):
+    page = Paginator(_audit_entries(request.GET), 100).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    return render(request, "ops/audit.html", {
+        "page": page, "rows": [audit.as_row(e) for e in page], "query": query.urlencode(),
+        "filters": {k: request.GET.get(k, "") for k in AUDIT_FILTERS},
+        "wheres": audit.WHERE.items(), "kinds": [(k.value, k.label) for k in audit.ACTION_KINDS],
+    })
+
+
+class _Echo:
+    def write(self, value):
+        return value
+
+
+@viewer
+def audit_csv(request):
+    """The filtered audit trail as CSV, streamed (it can be long)."""
+
+    def lines():
+        import csv
+
+        writer = csv.DictWriter(_Echo(), fieldnames=audit.COLUMNS)
+        yield writer.writeheader()
+        for event in _audit_entries(request.GET).iterator(chunk_size=1000):
+            yield writer.writerow(audit.inert_row(event))
+
+    response = StreamingHttpResponse(lines(), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = 'attachment; filename="runwarden-audit.csv"'
+    return response
+
+
+STATUS_CSS = {s: f"s-{s}" for s in Run.Status.values}
+
+
+@viewer
+def overview_page(request):
+    numbers = overview.last_24h()
+    per_hour = charts.stacked([
+        (hour.strftime("%H"), [(STATUS_CSS[s], by_status.get(s, 0), f"{hour:%H:00} {s}: {by_status.get(s, 0)}")
+                               for s in Run.Status.values])
+        for hour, by_status in numbers.hours
+    ])
+    return render(request, "ops/overview.html", {
+        "numbers": numbers,
+        "per_hour": per_hour,
+        "by_reason": charts.bars(numbers.reasons, css="bar reason"),
+        "by_status": charts.bars(numbers.statuses, css="bar"),
+        "latency": charts.bars(numbers.latency, css="bar latency"),
+        "statuses": Run.Status.values,
+    })
+
+
+def metrics_view(request):
+    """Prometheus text. Allowed with `Authorization: Bearer <RUNWARDEN_METRICS_TOKEN>` or
+    from an address in RUNWARDEN_METRICS_ALLOW; 403 otherwise (no login: it is a scraper)."""
+    if not _metrics_allowed(request):
+        return HttpResponse("forbidden: bearer token or allowlisted address required\n", status=403,
+                            content_type="text/plain")
+    return HttpResponse(metrics.render(), content_type=metrics.CONTENT_TYPE)
+
+
+def _metrics_allowed(request):
+    token = settings.RUNWARDEN_METRICS_TOKEN
+    header = request.headers.get("Authorization", "")
+    if token and header.startswith("Bearer ") and constant_time_compare(header[7:].strip(), token):
+        return True
+    try:
+        address = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))
+    except ValueError:
+        return False
+    return any(address in network for network in settings.RUNWARDEN_METRICS_ALLOW)

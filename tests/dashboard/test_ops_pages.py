@@ -1,0 +1,129 @@
+"""Triage, bulk preview/confirm, audit (and CSV), overview and /metrics."""
+
+from datetime import timedelta
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+
+from runs import transitions
+from runs.models import Run, RunEvent
+
+pytestmark = pytest.mark.django_db
+
+
+def stale(run, seconds=600):
+    Run.objects.filter(pk=run.id).update(heartbeat_at=timezone.now() - timedelta(seconds=seconds))
+
+
+@pytest.mark.parametrize("name", ["triage", "audit", "overview", "audit_csv"])
+def test_pages_need_login_and_view_permission(name, stranger):
+    url = reverse(f"dashboard:{name}")
+    assert Client().get(url).status_code == 302  # to the login page
+    client = Client()
+    client.force_login(stranger)
+    assert client.get(url).status_code == 403
+
+
+def test_triage_shows_each_section_with_counts(op_client, running):
+    lost = running(title="lost worker")
+    stale(lost)
+    running(title="healthy")
+    page = op_client.get(reverse("dashboard:triage"))
+    html = page.content.decode()
+    assert page.status_code == 200
+    stuck = html.split('data-testid="triage-stuck"')[1].split("</section>")[0]
+    assert "lost worker" in stuck and "healthy" not in stuck
+    assert '<span class="n" data-testid="count">1</span>' in stuck
+    assert "Retire all 1" in stuck
+
+
+def test_watcher_sees_triage_without_bulk_controls(watcher_client, running):
+    stale(running(title="lost"))
+    html = watcher_client.get(reverse("dashboard:triage")).content.decode()
+    assert "lost" in html and "Retire all" not in html
+
+
+def test_bulk_preview_counts_then_confirm_retires_through_transitions(op_client, running):
+    runs = [running(title=f"lost {i}") for i in range(3)]
+    for run in runs:
+        stale(run)
+    url = reverse("dashboard:bulk_preview")
+    preview = op_client.get(url, {"action": "retire", "section": "stuck"})
+    assert preview.status_code == 200
+    assert '<b data-testid="bulk-count">3</b>' in preview.content.decode()
+    assert not Run.objects.filter(status="cancelled").exists()  # a preview changes nothing
+
+    transitions.settle(runs[0].id, status="completed", reason="completed", worker="w1")  # ends meanwhile
+    done = op_client.post(url, {"action": "retire", "section": "stuck", "note": "host died"})
+    html = done.content.decode()
+    assert done.status_code == 200 and "<b>2</b> settled" in html
+    assert Run.objects.get(pk=runs[0].id).status == "completed"  # not overwritten
+    retired = RunEvent.objects.filter(kind="retired", data__note="host died")
+    assert retired.count() == 2 and {e.actor for e in retired} == {"operator"}
+
+
+def test_bulk_by_list_filter_and_by_selection(op_client, running, db):
+    a, b = running(agent="alpha"), running(agent="beta")
+    url = reverse("dashboard:bulk_preview")
+    html = op_client.get(url, {"action": "cancel", "agent": "alpha"}).content.decode()
+    assert '<b data-testid="bulk-count">1</b>' in html
+    op_client.post(url, {"action": "cancel", "agent": "alpha"})
+    assert Run.objects.get(pk=a.id).is_cancelling and not Run.objects.get(pk=b.id).is_cancelling
+    op_client.post(url, {"action": "cancel", "run": [str(b.id)]})
+    assert Run.objects.get(pk=b.id).is_cancelling
+
+
+def test_bulk_needs_cancel_permission(watcher_client, running):
+    run = running()
+    response = watcher_client.post(reverse("dashboard:bulk_preview"), {"action": "retire", "run": [str(run.id)]})
+    assert response.status_code == 403
+    assert Run.objects.get(pk=run.id).status == "running"
+
+
+def test_bulk_unknown_action_redirects_without_change(op_client, running):
+    run = running()
+    response = op_client.post(reverse("dashboard:bulk_preview"), {"action": "explode", "run": [str(run.id)]})
+    assert response.status_code == 302 and Run.objects.get(pk=run.id).status == "running"
+
+
+def test_audit_lists_actions_filters_and_exports_csv(op_client, running):
+    run = running(title="noisy")
+    transitions.request_cancel(run.id, by="alice", source="cli", note="too chatty")
+    other = running(title="quiet")
+    transitions.force_cancel(other.id, by="bob", note="gone")
+    html = op_client.get(reverse("dashboard:audit"), {"source": "cli"}).content.decode()
+    assert "too chatty" in html and "alice" in html and "gone" not in html
+    csv = b"".join(op_client.get(reverse("dashboard:audit_csv")).streaming_content).decode()
+    assert csv.splitlines()[0] == "at,actor,where,action,run_id,run_title,note"
+    assert "alice,CLI,cancel requested" in csv and "bob,browser,retired" in csv
+
+
+def test_overview_renders_charts_with_numbers(op_client, running):
+    run = running()
+    transitions.settle(run.id, status="failed", reason="provider_failed", worker="w1")
+    html = op_client.get(reverse("dashboard:overview")).content.decode()
+    assert html.count("<svg") == 4
+    assert "provider_failed" in html
+    assert '<rect class="s-failed"' in html  # the hour's stacked bar has a failed segment
+
+
+def test_metrics_needs_token_or_allowlisted_address(settings, running):
+    running()
+    settings.RUNWARDEN_METRICS_TOKEN = "s3cret"
+    settings.RUNWARDEN_METRICS_ALLOW = []
+    client = Client(REMOTE_ADDR="10.1.2.3")
+    assert client.get("/metrics").status_code == 403
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer wrong").status_code == 403
+    ok = client.get("/metrics", HTTP_AUTHORIZATION="Bearer s3cret")
+    assert ok.status_code == 200 and b'runwarden_runs{reason="",status="running"} 1.0' in ok.content
+
+
+def test_metrics_from_allowlisted_address(settings):
+    import ipaddress
+
+    settings.RUNWARDEN_METRICS_TOKEN = ""
+    settings.RUNWARDEN_METRICS_ALLOW = [ipaddress.ip_network("127.0.0.1")]
+    assert Client(REMOTE_ADDR="127.0.0.1").get("/metrics").status_code == 200
+    assert Client(REMOTE_ADDR="127.0.0.2").get("/metrics").status_code == 403
