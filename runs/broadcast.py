@@ -3,13 +3,22 @@
 Writers call `on_commit` so nothing is announced that a rollback could take back.
 A broadcast is best effort: the database is the truth, and a viewer or worker that
 missed one catches up from it (the worker through its heartbeat's answer).
+
+Delivery: the in-memory layer lives on the server's event loop, so its sends go back
+to that loop (`async_to_sync`). A Redis layer is reached from one long-lived publisher
+loop instead: one connection for the life of the process rather than a new event loop
+and connection per send (which was most of a cancel's latency).
 """
 
+import asyncio
 import logging
+import os
+import threading
+import time
 from functools import partial
 
 from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
+from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.db import transaction
 
 from runs import groups
@@ -17,6 +26,7 @@ from runs import groups
 log = logging.getLogger(__name__)
 
 CANCELLING_EVENTS = ("cancel_requested", "retired")
+FAILURE_LOG_EVERY_S = 30.0
 
 
 def on_commit(run, event):
@@ -24,7 +34,8 @@ def on_commit(run, event):
 
 
 def announce(run, event):
-    """Tell viewers (and, for a cancel, the run's executor) what changed."""
+    """Tell the run's executor (for a cancel: first, it is the one that must act) and
+    its viewers what changed."""
     message = {
         "type": "run.changed",
         "run_id": str(run.id),
@@ -32,24 +43,76 @@ def announce(run, event):
         "seq": event.seq,
         "event": event.kind,
     }
-    sends = [(groups.LIST_GROUP, message), (groups.viewers(run.id), message)]
+    sends = []
     if event.kind in CANCELLING_EVENTS and not event.data.get("settled_queued"):
         control = {"type": "run.cancel", "run_id": str(run.id), "source": run.cancel_source, "note": run.cancel_note}
         sends.append((groups.control(run.id), control))
+    sends += [(groups.viewers(run.id), message), (groups.LIST_GROUP, message)]
     send_all(sends)
 
 
 def send_all(sends):
-    """group_send each (group, message); a failure is logged, never raised."""
+    """group_send each (group, message), in order; a failure is logged, never raised."""
     layer = get_channel_layer()
     if layer is None:
         return
-    try:
-        async_to_sync(_send_all)(layer, sends)
-    except Exception:  # noqa: BLE001 - a broken layer must never undo a transition
-        log.warning("broadcast failed for %s", [group for group, _ in sends], exc_info=True)
+    if isinstance(layer, InMemoryChannelLayer):
+        try:
+            async_to_sync(_send_all)(layer, sends)
+        except Exception as error:  # noqa: BLE001 - a broken layer must never undo a transition
+            _failed(error)
+        return
+    publisher.submit(layer, sends)
 
 
 async def _send_all(layer, sends):
     for group, message in sends:
         await layer.group_send(group, message)
+
+
+_failures = {"count": 0, "logged_at": 0.0}
+
+
+def _failed(error):
+    """One WARNING line per FAILURE_LOG_EVERY_S while the layer is down, not one per send."""
+    _failures["count"] += 1
+    now = time.monotonic()
+    if now - _failures["logged_at"] >= FAILURE_LOG_EVERY_S:
+        log.warning(
+            "broadcast failed (%d since last report): %s: %s; viewers and workers fall back to the database",
+            _failures["count"], type(error).__name__, error,
+        )
+        _failures.update(count=0, logged_at=now)
+
+
+class Publisher:
+    """A daemon thread running one event loop, so every broadcast from sync code reuses
+    one Redis connection instead of opening a loop and a connection per send."""
+
+    WAIT_S = 1.0  # a hung layer may delay a transition's return by this much, no more
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._loop = None
+        self._pid = None
+
+    def submit(self, layer, sends):
+        """Send and wait (bounded) for the sends to be done, so a transition that has
+        returned has also been announced, in order."""
+        future = asyncio.run_coroutine_threadsafe(_send_all(layer, sends), self._running_loop())
+        try:
+            future.result(timeout=self.WAIT_S)
+        except Exception as error:  # noqa: BLE001 - a broken layer must never undo a transition
+            _failed(error)
+
+    def _running_loop(self):
+        with self._lock:
+            # First use, or a forked child that inherited a loop without its thread.
+            if self._loop is None or self._pid != os.getpid():
+                loop = asyncio.new_event_loop()
+                threading.Thread(target=loop.run_forever, name="runwarden-broadcast", daemon=True).start()
+                self._loop, self._pid = loop, os.getpid()
+            return self._loop
+
+
+publisher = Publisher()
