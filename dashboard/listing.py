@@ -125,6 +125,12 @@ def matching(filters, run_ids):
 
 _counts_cache = {"at": 0.0, "value": None}
 COUNTS_TTL_S = 1.0
+# Ended runs only ever grow, one by one: above this many rows (the planner's estimate)
+# their per-status totals are counted at most every TERMINAL_COUNTS_TTL_S, so the page
+# stays fast at a million runs. Live runs are few and always counted exactly.
+EXACT_COUNTS_BELOW = 100_000
+TERMINAL_COUNTS_TTL_S = 30.0
+_terminal_cache = {"at": float("-inf"), "value": None}
 
 
 def counts(*, fresh=False):
@@ -133,19 +139,44 @@ def counts(*, fresh=False):
     now = time.monotonic()
     if not fresh and _counts_cache["value"] is not None and now - _counts_cache["at"] < COUNTS_TTL_S:
         return _counts_cache["value"]
-    per_status = dict(Run.objects.values_list("status").annotate(n=Count("id")).order_by())
+    live = Run.objects.filter(status__in=Run.NON_TERMINAL).order_by()
+    per_status = {**terminal_counts(now), **dict(live.values_list("status").annotate(n=Count("id")))}
     value = {
         "statuses": [(s.value, s.label, per_status.get(s.value, 0)) for s in Run.Status],
         "total": sum(per_status.values()),
         "stuck": queries.stuck(stuck_after()).count(),
-        "cancelling": Run.objects.filter(cancel_requested_at__isnull=False, status__in=Run.NON_TERMINAL).count(),
+        "cancelling": live.filter(cancel_requested_at__isnull=False).count(),
     }
     _counts_cache.update(at=now, value=value)
     return value
 
 
+def terminal_counts(now):
+    """Ended runs per status: exact on a small table, else at most TERMINAL_COUNTS_TTL_S old."""
+    estimate = queries.estimated_runs()
+    cached = _terminal_cache["value"]
+    if estimate is not None and estimate >= EXACT_COUNTS_BELOW and cached is not None:
+        if now - _terminal_cache["at"] < TERMINAL_COUNTS_TTL_S:
+            return cached
+    ended = Run.objects.filter(status__in=Run.TERMINAL).order_by()
+    value = dict(ended.values_list("status").annotate(n=Count("id")))
+    _terminal_cache.update(at=now, value=value)
+    return value
+
+
+_agents_cache = {"at": float("-inf"), "value": None}
+AGENTS_TTL_S = 60.0
+
+
 def agents():
-    return list(Run.objects.order_by("agent").values_list("agent", flat=True).distinct()[:100])
+    """Agent names for the filter (a new agent shows up within a minute)."""
+    now = time.monotonic()
+    estimate = queries.estimated_runs()
+    small = estimate is None or estimate < EXACT_COUNTS_BELOW
+    if small or _agents_cache["value"] is None or now - _agents_cache["at"] >= AGENTS_TTL_S:
+        names = Run.objects.order_by("agent").values_list("agent", flat=True).distinct()[:100]
+        _agents_cache.update(at=now, value=list(names))
+    return _agents_cache["value"]
 
 
 def last_event_id():

@@ -131,6 +131,7 @@ class Run(models.Model):
             models.Index(fields=["status", "-created_at"], name="run_status_newest"),
             models.Index(fields=["termination_reason", "-created_at"], name="run_reason_newest"),
             models.Index(fields=["status", "created_at"], name="run_claim_order"),
+            models.Index(fields=["status", "started_at"], name="run_status_started"),
         ]
         constraints = [
             models.CheckConstraint(

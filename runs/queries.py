@@ -1,5 +1,6 @@
 """Read-only questions about runs, shared by the CLI, the admin and the dashboard."""
 
+from django.db import connection
 from django.db.models import DateTimeField, ExpressionWrapper, Q
 from django.db.models.functions import Now
 
@@ -29,3 +30,14 @@ def past_deadline():
     return Run.objects.filter(
         status__in=Run.NON_TERMINAL, deadline__lt=Now(), cancel_requested_at__isnull=True
     )
+
+
+def estimated_runs():
+    """The planner's estimate of the number of runs (PostgreSQL), free to ask; None
+    where there is no cheap estimate (SQLite, or a table never analysed)."""
+    if connection.vendor != "postgresql":
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT reltuples::bigint FROM pg_class WHERE oid = 'runs_run'::regclass")
+        estimate = cursor.fetchone()[0]
+    return estimate if estimate >= 0 else None

@@ -19,6 +19,7 @@ from runs.models import Run
 from runs.transitions import parse_id
 
 SECTION_ROWS = 10
+COUNT_CAP = 1000  # past this a section says "1000+": counting further costs, telling nothing new
 SELECTION_LIMIT = 500
 NOTE_LIMIT = 500
 VERBS = {"cancel": "Abort", "retire": "Retire", "retry": "Retry"}
@@ -36,10 +37,13 @@ def viewer(view):
 
 @viewer
 def triage_page(request):
-    sections = [
-        {"section": s, "count": s.runs.count(), "runs": list(s.runs[:SECTION_ROWS])} for s in triage.sections()
-    ]
-    return render(request, "ops/triage.html", {"sections": sections, "access": runview.Access.of(request.user)})
+    sections = []
+    for section in triage.sections():
+        count = section.runs[: COUNT_CAP + 1].count()
+        sections.append({"section": section, "count": count, "capped": count > COUNT_CAP,
+                         "runs": list(section.runs[:SECTION_ROWS])})
+    return render(request, "ops/triage.html",
+                  {"sections": sections, "cap": COUNT_CAP, "access": runview.Access.of(request.user)})
 
 
 def _targets(source):

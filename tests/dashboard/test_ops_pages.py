@@ -39,6 +39,16 @@ def test_triage_shows_each_section_with_counts(op_client, running):
     assert "Retire all 1" in stuck
 
 
+def test_triage_counts_stop_at_the_cap(op_client, running, monkeypatch):
+    from dashboard.views import ops
+
+    monkeypatch.setattr(ops, "COUNT_CAP", 2)
+    for i in range(3):
+        stale(running(title=f"lost {i}"))
+    stuck = op_client.get(reverse("dashboard:triage")).content.decode().split('data-testid="triage-stuck"')[1]
+    assert '<span class="n" data-testid="count">2+</span>' in stuck.split("</section>")[0]
+
+
 def test_watcher_sees_triage_without_bulk_controls(watcher_client, running):
     stale(running(title="lost"))
     html = watcher_client.get(reverse("dashboard:triage")).content.decode()
