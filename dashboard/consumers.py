@@ -21,7 +21,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.http import QueryDict
 
 from dashboard import fragments, listing, runview
-from runs import groups
+from runs import groups, metrics
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +109,12 @@ class LiveConsumer(AsyncWebsocketConsumer):
 
     coalescer = None
     ticker = None
+    counted = False
+
+    async def accept(self, subprotocol=None, headers=None):
+        await super().accept(subprotocol, headers)
+        metrics.OPEN_WEBSOCKETS.labels(kind="viewer").inc()
+        self.counted = True
 
     async def refuse(self, code):
         await self.close(code=code)
@@ -146,6 +152,9 @@ class LiveConsumer(AsyncWebsocketConsumer):
         return []
 
     async def disconnect(self, code):
+        if self.counted:
+            metrics.OPEN_WEBSOCKETS.labels(kind="viewer").dec()
+            self.counted = False
         if self.coalescer is not None:
             self.coalescer.cancel()
         if self.ticker is not None:

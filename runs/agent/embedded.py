@@ -1,4 +1,4 @@
-"""Workers (and the demo feeder) inside the server process: the embedded default.
+"""Workers, the watchdog (and the demo feeder) inside the server process: the embedded default.
 
 `start()` must be called from code running on the server's event loop (e.g. the ASGI
 application's first call). It is idempotent and returns the stop event; setting it
@@ -12,6 +12,7 @@ import socket
 
 from django.conf import settings
 
+from runs import watchdog
 from runs.agent import demo
 from runs.agent.worker import Worker
 
@@ -28,7 +29,8 @@ def start(*, concurrency=None, with_demo=None):
         f"embedded-{socket.gethostname()}:{os.getpid()}",
         concurrency=concurrency or settings.RUNWARDEN_EMBEDDED_CONCURRENCY,
     )
-    tasks = [asyncio.ensure_future(worker.serve(stop))]
+    # The watchdog too: on the embedded default nothing else would reap lost runs.
+    tasks = [asyncio.ensure_future(worker.serve(stop)), asyncio.ensure_future(watchdog.serve(stop))]
     if settings.RUNWARDEN_DEMO if with_demo is None else with_demo:
         tasks.append(asyncio.ensure_future(demo.feed(stop)))
     for task in tasks:

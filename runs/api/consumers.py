@@ -14,7 +14,7 @@ import json
 
 from channels.generic.websocket import AsyncWebsocketConsumer
 
-from runs import groups
+from runs import groups, metrics
 from runs.api.auth import find_key, token_from_header
 from runs.api.control import control_state
 from runs.api.db import db_call
@@ -32,6 +32,12 @@ def _authorize(authorization, run_id):
 class AgentControlConsumer(AsyncWebsocketConsumer):
     cancel_sent = False
     group = None
+    counted = False
+
+    async def accept(self, subprotocol=None, headers=None):
+        await super().accept(subprotocol, headers)
+        metrics.OPEN_WEBSOCKETS.labels(kind="agent").inc()
+        self.counted = True
 
     async def connect(self):
         headers = dict(self.scope.get("headers") or [])
@@ -54,6 +60,9 @@ class AgentControlConsumer(AsyncWebsocketConsumer):
             await self._send_cancel(state["cancel"]["source"], state["cancel"]["note"])
 
     async def disconnect(self, code):
+        if self.counted:
+            metrics.OPEN_WEBSOCKETS.labels(kind="agent").dec()
+            self.counted = False
         if self.group is not None:
             await self.channel_layer.group_discard(self.group, self.channel_name)
 

@@ -314,3 +314,18 @@ async def test_heartbeat_ages_are_refreshed_on_a_clock(operator, monkeypatch):
     cell = text[text.index(f'id="hb-{run.id}"'):]
     assert "stuck" in cell[: cell.index("</span></span>") + 14]
     await listing.disconnect()
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_open_sockets_are_counted_for_metrics(operator):
+    from runs import metrics
+
+    gauge = metrics.OPEN_WEBSOCKETS.labels(kind="viewer")
+    before = gauge._value.get()
+    headers = await database_sync_to_async(session_headers)(operator)
+    socket = WebsocketCommunicator(application, "/ws/runs/", headers=headers)
+    connected, _ = await socket.connect()
+    assert connected and gauge._value.get() == before + 1
+    await socket.disconnect()
+    assert gauge._value.get() == before
