@@ -1,0 +1,43 @@
+"""Fault: the worker process is killed with SIGKILL mid-run. Nobody settles the run, so
+the watchdog must: flagged stuck within RUNWARDEN_STUCK_S of silence, reaped at
+RUNWARDEN_REAP_S (both shortened here), with the steps it had committed intact."""
+
+import time
+from datetime import timedelta
+
+from runs import queries, transitions, watchdog
+from runs.models import Run, Step
+from tests.runs.agent.test_e2e_worker import redis_url, start_worker, wait_until  # noqa: F401 - fixtures
+
+STUCK_S, REAP_S, HEARTBEAT_S = 1.0, 3.0, 0.2
+
+
+def test_killed_worker_is_flagged_stuck_then_reaped_with_its_steps_intact(start_worker, redis_url):  # noqa: F811
+    proc, _ = start_worker(redis_url, worker_id="doomed", concurrency=2, RUNWARDEN_HEARTBEAT_S=str(HEARTBEAT_S))
+    long_text = " ".join(f"word{i}" for i in range(400))
+    run = transitions.create_run(
+        agent="scripted", title="doomed",
+        input={"script": [{"say": "the first step"}, {"say": long_text, "token_delay_ms": 50}]},
+    )
+    wait_until(lambda: Run.objects.get(pk=run.id).steps >= 1, 20, "a committed step")
+    committed = list(Step.objects.filter(run=run).order_by("index").values_list("index", "text", "committed_at"))
+
+    proc.kill()  # SIGKILL: no finalize, no settle, no goodbye
+    proc.wait()
+    killed = time.monotonic()
+    stuck_after, lost_after = timedelta(seconds=STUCK_S), timedelta(seconds=REAP_S)
+
+    wait_until(lambda: queries.stuck(stuck_after).filter(pk=run.id).exists(), STUCK_S + 2, "flagged stuck")
+    flagged = time.monotonic() - killed
+    assert flagged <= STUCK_S + HEARTBEAT_S + 0.5  # within STUCK_S of the last heartbeat
+    first = watchdog.sweep(stuck_s=STUCK_S, reap_s=REAP_S)
+    assert first.stuck >= 1 and run.id not in first.reaped  # stuck, not yet given up on
+
+    wait_until(lambda: run.id in watchdog.sweep(stuck_s=STUCK_S, reap_s=REAP_S).reaped, REAP_S + 3, "reaped")
+    reaped = time.monotonic() - killed
+    assert REAP_S - HEARTBEAT_S - 0.1 <= reaped <= REAP_S + 2
+
+    row = Run.objects.get(pk=run.id)
+    assert (row.status, row.termination_reason, row.is_retryable) == ("failed", "worker_lost", True)
+    after = list(Step.objects.filter(run=run).order_by("index").values_list("index", "text", "committed_at"))
+    assert after == committed and row.steps == len(committed)  # committed steps intact, nothing half-done
