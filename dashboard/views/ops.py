@@ -148,7 +148,7 @@ def overview_page(request):
         "numbers": numbers,
         "per_hour": per_hour,
         "by_reason": charts.bars(numbers.reasons, css="bar reason"),
-        "by_status": charts.bars(numbers.statuses, css="bar"),
+        "by_status": charts.bars([(s.replace("waiting_for_", "waiting: "), n, STATUS_CSS[s]) for s, n in numbers.statuses]),
         "latency": charts.bars(numbers.latency, css="bar latency"),
         "statuses": Run.Status.values,
     })

@@ -137,3 +137,10 @@ def test_metrics_from_allowlisted_address(settings):
     settings.RUNWARDEN_METRICS_ALLOW = [ipaddress.ip_network("127.0.0.1")]
     assert Client(REMOTE_ADDR="127.0.0.1").get("/metrics").status_code == 200
     assert Client(REMOTE_ADDR="127.0.0.2").get("/metrics").status_code == 403
+
+
+def test_list_offers_bulk_by_filter_only_when_filtered(op_client, running):
+    running(agent="alpha")
+    assert "every run matching the filters" not in op_client.get("/").content.decode()
+    html = op_client.get("/", {"agent": "alpha"}).content.decode()
+    assert f'{reverse("dashboard:bulk_preview")}?action=retire&amp;agent=alpha' in html
