@@ -7,14 +7,11 @@ settle could queue behind a wave of heartbeats. Here each pool thread keeps its 
 connection and closes it when the pool shuts down (so a test database can be dropped),
 or at once after a database error (so a dead connection is not reused).
 
-Where the transitions' after-commit broadcasts (`async_to_sync(group_send)`) run is
-`broadcast_loop`, told to asgiref per call as `sync_to_async` does:
-  "caller"  the loop awaiting the call: needed with the in-memory channel layer
-            (embedded in the server), whose queues belong to that loop;
-  a loop    e.g. a `BroadcastLoop`'s: with Redis, one long-lived loop and connection
-            off the worker's loop, which stays free to deliver cancels (measured:
-            broadcasting on a busy worker loop tripled the time from cancel to settle);
-  None      asgiref's default: a fresh loop (and connection) per broadcast.
+With the in-memory channel layer (embedded in the server), the transitions' after-commit
+broadcasts (`async_to_sync(group_send)`) must run on the loop that owns its queues:
+`broadcast_loop="caller"` tells asgiref, per call as `sync_to_async` does, to use the
+loop awaiting the call. With Redis, `runs.broadcast` sends from its own publisher loop,
+off the worker's loop, and `broadcast_loop` stays None.
 """
 
 import asyncio
@@ -116,25 +113,3 @@ def _deliver(loop, future, result=None, error=None):
         loop.call_soon_threadsafe(settle)
     except RuntimeError:  # the loop is closed: nobody is waiting any more
         log.debug("database result dropped: event loop closed")
-
-
-class BroadcastLoop:
-    """An event loop on a thread of its own, for after-commit broadcasts (see above)."""
-
-    def __init__(self, name="rw-broadcast"):
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
-
-    def _run(self):
-        asyncio.set_event_loop(self.loop)
-        self.loop.run_forever()
-        # Closed here, on its own thread and no longer running: channels_redis hooks
-        # close() to flush its connections with run_until_complete on this loop.
-        self.loop.close()
-
-    def close(self, timeout=5.0):
-        """Stop the loop and wait for its thread; idempotent."""
-        if self._thread.is_alive():
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self._thread.join(timeout)

@@ -24,7 +24,7 @@ from runs.agent import providers
 from runs.agent.breaker import Breakers
 from runs.agent.cancel import CancelSignal
 from runs.agent.config import EngineConfig
-from runs.agent.db import BroadcastLoop, DbPool
+from runs.agent.db import DbPool
 from runs.agent.fastpath import FastPath
 from runs.agent.runner import RunState, WorkerContext, execute
 from runs.models import Run
@@ -53,12 +53,12 @@ class Worker:
 
     async def serve(self, stop):
         fastpath = self._fastpath or FastPath()
-        # The in-memory layer's queues belong to this loop; Redis gets a loop of its own.
+        # The in-memory layer's queues belong to this loop, so broadcasts must come back
+        # to it; with Redis, runs.broadcast sends from its own long-lived publisher loop.
         local = isinstance(fastpath.layer, InMemoryChannelLayer)
-        broadcasts = None if self._db or local else BroadcastLoop(name=f"rw-broadcast-{self.worker_id}")
         db = self._db or DbPool(
             size=min(self.concurrency + 2, 32), name=f"rw-db-{self.worker_id}",
-            broadcast_loop="caller" if local else broadcasts.loop,
+            broadcast_loop="caller" if local else None,
         )
         self.ctx = WorkerContext(
             worker_id=self.worker_id, db=db, fastpath=fastpath, config=self.config,
@@ -98,8 +98,6 @@ class Worker:
                 await listing.close()
             if self._db is None:
                 await db.aclose()
-            if broadcasts is not None:
-                await asyncio.to_thread(broadcasts.close)
             log.info("worker %s stopped", self.worker_id)
 
     async def _shutdown(self):

@@ -6,7 +6,7 @@ import threading
 import pytest
 from asgiref.sync import async_to_sync
 
-from runs.agent.db import BroadcastLoop, DbPool
+from runs.agent.db import DbPool
 
 pytestmark = pytest.mark.asyncio
 
@@ -29,19 +29,12 @@ async def test_a_settle_in_the_urgent_lane_never_queues_behind_busy_calls():
 
 async def test_broadcasts_run_on_the_loop_the_pool_is_told():
     here = asyncio.get_running_loop()
-    broadcasts = BroadcastLoop()
-    caller, own, default = (
-        DbPool(size=1, broadcast_loop="caller"), DbPool(size=1, broadcast_loop=broadcasts.loop), DbPool(size=1),
-    )
+    caller, default = DbPool(size=1, broadcast_loop="caller"), DbPool(size=1)
     # With the in-memory layer, a broadcast must run on the loop that owns the queues.
     assert await caller.call(async_to_sync(_loop)) is here
-    # With Redis, on one long-lived loop that is not the worker's.
-    assert await own.call(async_to_sync(_loop)) is broadcasts.loop
-    assert await own.call(async_to_sync(_loop)) is broadcasts.loop
-    assert await default.call(async_to_sync(_loop)) not in (here, broadcasts.loop)
-    for pool in (caller, own, default):
+    assert await default.call(async_to_sync(_loop)) is not here
+    for pool in (caller, default):
         pool.close()
-    broadcasts.close()
 
 
 async def test_errors_reach_the_caller_and_a_closed_pool_refuses_calls():
