@@ -4,6 +4,7 @@ import asyncio
 from datetime import timedelta
 
 import pytest
+from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.utils import timezone
 
@@ -100,4 +101,5 @@ async def test_serve_sweeps_until_stopped():
     stop.set()
     await asyncio.wait_for(task, 2)
     assert changed["event"] == "cancel_requested"
-    assert (await Run.objects.aget(pk=run.id)).status == "cancelled"
+    # database_sync_to_async, not aget: it closes its connection, so the test database can be dropped.
+    assert (await database_sync_to_async(Run.objects.get)(pk=run.id)).status == "cancelled"

@@ -31,7 +31,8 @@ async def test_embedded_start_runs_queued_runs_and_reaps_lost_ones(settings, tmp
     # A run some other worker took and then lost: the embedded watchdog must reap it.
     lost = await transitions.acreate_run(agent="someone-elses")
     assert await transitions.aclaim(lost.id, worker="dead-worker")
-    await Run.objects.filter(pk=lost.id).aupdate(heartbeat_at=timezone.now() - timedelta(minutes=5))
+    stale = timezone.now() - timedelta(minutes=5)
+    await database_sync_to_async(Run.objects.filter(pk=lost.id).update)(heartbeat_at=stale)
     lost_channel = await layer.new_channel()
     await layer.group_add(groups.viewers(lost.id), lost_channel)
 
@@ -50,8 +51,9 @@ async def test_embedded_start_runs_queued_runs_and_reaps_lost_ones(settings, tmp
         assert len(started) == 2  # the worker and the watchdog
         await asyncio.wait(started, timeout=10)
         assert all(t.done() for t in started)
-    done = await Run.objects.aget(pk=run.id)
-    reaped = await Run.objects.aget(pk=lost.id)
+    # database_sync_to_async, not aget: it closes its connection, so the test database can be dropped.
+    done = await database_sync_to_async(Run.objects.get)(pk=run.id)
+    reaped = await database_sync_to_async(Run.objects.get)(pk=lost.id)
     assert (done.status, done.termination_reason) == ("completed", "completed")
     assert (reaped.status, reaped.termination_reason) == ("failed", "worker_lost")
     assert await database_sync_to_async(lambda: done.step_set.count())() == 1
