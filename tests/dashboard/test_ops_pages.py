@@ -144,3 +144,29 @@ def test_list_offers_bulk_by_filter_only_when_filtered(op_client, running):
     assert "every run matching the filters" not in op_client.get("/").content.decode()
     html = op_client.get("/", {"agent": "alpha"}).content.decode()
     assert f'{reverse("dashboard:bulk_preview")}?action=retire&amp;agent=alpha' in html
+
+
+@pytest.mark.parametrize("url,query", [
+    ("dashboard:bulk_preview", {"action": "retire", "run": ["nope", "", "1 OR 1=1"]}),
+    ("dashboard:bulk_preview", {"action": "cancel", "section": "../../etc"}),
+    ("dashboard:bulk_preview", {"action": "retry", "status": "exploded", "before": "%%%"}),
+    ("dashboard:audit", {"run": "not-a-uuid", "page": "-3", "source": "<script>", "kind": "x" * 5000}),
+    ("dashboard:audit_csv", {"run": "zzz", "actor": "\x00"}),
+    ("dashboard:overview", {"junk": "1"}),
+    ("dashboard:list", {"q": "nul\x00byte", "agent": "\x00", "before": "\x00"}),
+    ("dashboard:triage", {"section": "nope"}),
+])
+def test_hostile_queries_never_500_and_change_nothing(op_client, running, url, query):
+    run = running()
+    response = op_client.get(reverse(url), query)
+    if response.streaming:
+        b"".join(response.streaming_content)  # a streamed body fails while it streams, not before
+    assert response.status_code in (200, 302, 400, 404)
+    assert Run.objects.get(pk=run.id).status == "running" and not Run.objects.get(pk=run.id).is_cancelling
+
+
+def test_nul_bytes_in_a_form_are_refused_before_any_change(op_client, running):
+    run = running()
+    response = op_client.post(reverse("dashboard:cancel", args=[run.id]), {"note": "stop\x00now"})
+    assert response.status_code == 400
+    assert not Run.objects.get(pk=run.id).is_cancelling
