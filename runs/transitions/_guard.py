@@ -30,8 +30,6 @@ ALLOWED_FROM = {
     "force_cancel": Run.NON_TERMINAL,
     "reap": (S.RUNNING,),
 }
-TOTALS = ("tokens_in", "tokens_out", "cost", "steps", "tool_calls")
-ERROR_MESSAGE_LIMIT = 2000
 
 
 class CancelOutcome(enum.StrEnum):
