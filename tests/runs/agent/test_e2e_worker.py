@@ -147,7 +147,14 @@ class Listening:
 
     def __init__(self, group):
         self.group, self.messages, self.ready = group, [], threading.Event()
+        self.arrived = threading.Condition()
         self.thread = threading.Thread(target=lambda: asyncio.run(self._listen()), daemon=True)
+
+    def wait_for(self, predicate, timeout):
+        """Block until `predicate(messages)` holds (True) or `timeout` passes (False).
+        Broadcasts follow their commit, so a row can read settled before its message lands."""
+        with self.arrived:
+            return self.arrived.wait_for(lambda: predicate(list(self.messages)), timeout)
 
     async def _listen(self):
         layer = get_channel_layer()
@@ -159,7 +166,9 @@ class Listening:
             receive = asyncio.ensure_future(layer.receive(channel))
             await asyncio.wait({receive, asyncio.ensure_future(self.stop.wait())}, return_when=asyncio.FIRST_COMPLETED)
             if receive.done():
-                self.messages.append(receive.result())
+                with self.arrived:
+                    self.messages.append(receive.result())
+                    self.arrived.notify_all()
             else:
                 receive.cancel()
         await layer.flush()
@@ -177,12 +186,15 @@ class Listening:
 def test_twenty_runs_half_cancelled_at_random_moments_over_the_fast_path(start_worker, redis_url):
     seed = random.randrange(1 << 30)
     proc, log = start_worker(redis_url, worker_id="e2e-fast")
+    def settled(messages):
+        return {m["run_id"] for m in messages if m.get("event") == "settled"}
+
     with Listening(groups.LIST_GROUP) as dashboard:
         ids, doomed = twenty_runs_half_cancelled(seed)
+        # The worker's own broadcasts (claimed, step committed, settled) reached viewers.
+        dashboard.wait_for(lambda messages: settled(messages) >= {str(i) for i in ids}, 10)
     assert_outcomes(ids, doomed, seed)
-    # The worker's own broadcasts (claimed, step committed, settled) reached viewers.
-    settled = {m["run_id"] for m in dashboard.messages if m.get("event") == "settled"}
-    assert settled == {str(i) for i in ids}
+    assert settled(dashboard.messages) == {str(i) for i in ids}
     text = log.read_text()
     assert "cancel via channel" in text  # the fast path carried cancels
     proc.send_signal(signal.SIGTERM)
