@@ -2,6 +2,7 @@
 
 import asyncio
 import dataclasses
+from datetime import timedelta
 
 import pytest
 import pytest_asyncio
@@ -114,7 +115,10 @@ async def test_a_scripted_death_leaves_the_run_running_for_the_reaper(serve, poo
     healthy = await create(pool, [say(10, 30)])  # the worker carries on, ~6 heartbeat intervals
     assert await until_status(pool, healthy.id, "completed")
     row = await pool.call(Run.objects.get, pk=dead.id)
-    assert (row.status, row.steps, row.heartbeat_at) == ("running", 1, beat)  # no more beats, no settle
+    assert (row.status, row.steps) == ("running", 1)  # no settle
+    # No more beats: at most the one already in flight when it "died" may still land
+    # (a database call finishes in its thread), while the healthy run lasts ~6 intervals.
+    assert row.heartbeat_at - beat <= timedelta(seconds=3 * config.heartbeat_s)
 
 
 async def _until(predicate):
