@@ -129,6 +129,10 @@ def fleet(live_server_url, transactional_db):
 
 
 @pytest.fixture
-def screenshot_path():
-    SCREENSHOT.parent.mkdir(exist_ok=True)
-    return SCREENSHOT
+def screenshot_path(tmp_path):
+    """docs/dashboard.png when RUNWARDEN_UPDATE_SCREENSHOT=1 (to refresh the README's
+    picture), else a temporary file: a test run leaves the checkout as it found it."""
+    if os.environ.get("RUNWARDEN_UPDATE_SCREENSHOT") == "1":
+        SCREENSHOT.parent.mkdir(exist_ok=True)
+        return SCREENSHOT
+    return tmp_path / "dashboard.png"
