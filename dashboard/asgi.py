@@ -19,11 +19,12 @@ from django.conf import settings  # noqa: E402
 
 from dashboard.routing import websocket_application  # noqa: E402
 
-if settings.DEBUG:
-    # Plain daphne does not serve /static/; in DEBUG (the embedded default) we do.
-    from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
-
-    django_asgi = ASGIStaticFilesHandler(django_asgi)
+if not settings.DEBUG and not (settings.STATIC_ROOT / "staticfiles.json").exists():
+    # Every page links to hashed files: without them the dashboard has no JavaScript.
+    sys.exit(
+        f"runwarden: configuration error: static files are not collected in {settings.STATIC_ROOT}"
+        " (run `python manage.py collectstatic --noinput`, or set STATIC_ROOT)"
+    )
 
 application = ProtocolTypeRouter({"http": django_asgi, "websocket": websocket_application})
 

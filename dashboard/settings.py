@@ -28,6 +28,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "servestatic",  # its system checks for the static-file settings
     "channels",
     "django_htmx",
     "ninja",  # serves the API docs page's assets locally: nothing loads from a CDN
@@ -39,6 +40,11 @@ if django.VERSION < (6, 0):  # partials are built into Django 6
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Static files from this process, with DEBUG=0 too: hashed, compressed, cached forever.
+    # ServeStatic (WhiteNoise's maintained fork) because its middleware is async: a sync
+    # one would run every request, long-polls included, through Django's one
+    # thread-sensitive thread.
+    "servestatic.middleware.ServeStaticMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "dashboard.middleware.RejectNulBytes",
@@ -115,7 +121,13 @@ USE_I18N = False
 USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = VAR_DIR / "static"
+# `manage.py collectstatic` writes hashed, compressed copies here; with DEBUG=0 the pages
+# link to them (and a server refuses to start without them). DEBUG serves from the sources.
+STATIC_ROOT = Path(os.environ.get("STATIC_ROOT") or VAR_DIR / "static")
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "servestatic.storage.CompressedManifestStaticFilesStorage"},
+}
 
 LOGGING = {
     "version": 1,

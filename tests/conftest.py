@@ -1,7 +1,16 @@
 import pytest
+from django.core.management import call_command
 from django.db import connection
 
 from runs import transitions
+
+
+def pytest_sessionstart(session):
+    """Tests run with DEBUG=0, so pages link to the hashed files `collectstatic` writes,
+    and `dashboard.asgi` (imported while collecting) refuses to start without them.
+    Before collection, then; incremental, so cheap when nothing changed. `scripts/test`
+    points STATIC_ROOT at a folder of its own per run."""
+    call_command("collectstatic", "--noinput", verbosity=0)
 
 
 @pytest.fixture

@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 from channels.db import database_sync_to_async
 from django.conf import settings
-from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 from django.db import connections
 
 CHROMIUM = "/usr/bin/chromium"
@@ -85,7 +84,9 @@ def live_server_url(django_db_setup, django_db_blocker):
     channel_layers.backends.clear()
     with django_db_blocker.unblock():
         connections.close_all()  # a forked child must not share our sockets
-        server = DaphneProcess("127.0.0.1", partial(make_application, static_wrapper=ASGIStaticFilesHandler))
+        # No static wrapper: the app serves its collected files itself (ServeStatic), as in
+        # production with DEBUG=0.
+        server = DaphneProcess("127.0.0.1", partial(make_application, static_wrapper=None))
         server.start()
         if not server.ready.wait(timeout=20):
             server.terminate()

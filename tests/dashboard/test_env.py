@@ -30,3 +30,18 @@ def test_wrong_setting_is_one_line_naming_the_variable(overrides, expected):
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
     assert lines[0].startswith("runwarden: configuration error: ") and expected in lines[0]
+
+
+def test_server_without_collected_static_refuses_to_start_in_one_line(tmp_path):
+    """With DEBUG=0 every page links to hashed files; a server without them would serve
+    a dashboard with no JavaScript, so it stops at start and says what to run."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    env.update({"SECRET_KEY": "x", "DEBUG": "0", "STATIC_ROOT": str(tmp_path / "empty")})
+    done = subprocess.run(
+        [sys.executable, "-c", "import dashboard.asgi"],
+        cwd=settings.BASE_DIR, env=env, capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode != 0
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "static files are not collected" in lines[0] and "collectstatic" in lines[0]
