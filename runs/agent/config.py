@@ -13,6 +13,7 @@ class EngineConfig:
     retries: int = 2  # provider attempts after the first
     backoff_base_s: float = 0.5
     backoff_max_s: float = 8.0
+    retry_after_max_s: float = 120.0  # the longest provider Retry-After honoured
     stream_first_event_s: float = 30.0  # deadline for a stream's first event
     stream_idle_s: float = 30.0  # deadline between two stream events
     request_timeout_s: float = 60.0  # a non-streaming call

@@ -68,6 +68,8 @@ class ModelCaller:
         except ProviderError as error:
             if self.signal.is_cancelled():
                 raise Cancelled() from None
+            if error.answered:  # a 429 or a 4xx is the server's answer, not a broken stream
+                raise
             self.stats.stream_failures += 1
             log.info("stream from %s failed (%s); falling back to a plain request", self.provider.name, error)
         self.signal.raise_if_cancelled()  # checkpoint 5: the rescue is never sent
@@ -101,11 +103,12 @@ class ModelCaller:
             await _aclose(events)
 
     def _backoff(self, attempt, error):
-        """Exponential backoff with full jitter, at least what the provider asked for."""
+        """Exponential backoff with full jitter, and never sooner than the provider's
+        Retry-After (up to `retry_after_max_s`): asking earlier only earns another 429."""
         ceiling = min(self.config.backoff_max_s, self.config.backoff_base_s * 2 ** (attempt - 1))
         delay = random.uniform(ceiling / 2, ceiling)
         if error is not None and error.retry_after:
-            delay = max(delay, min(error.retry_after, self.config.backoff_max_s))
+            delay = max(delay, min(error.retry_after, self.config.retry_after_max_s))
         return delay
 
 

@@ -13,13 +13,16 @@ from decimal import Decimal
 
 class ProviderError(Exception):
     """The provider failed. `retryable`: a later attempt may succeed (timeouts, 5xx,
-    429); `retry_after`: seconds the provider asked us to wait, if it said."""
+    429); `retry_after`: seconds the provider asked us to wait, if it said;
+    `answered`: the server answered on purpose (an HTTP error status) rather than a
+    stream breaking, so there is nothing to rescue with a plain request."""
 
-    def __init__(self, message, *, retryable=True, retry_after=None, error_class=None):
+    def __init__(self, message, *, retryable=True, retry_after=None, error_class=None, answered=False):
         super().__init__(message)
         self.retryable = retryable
         self.retry_after = retry_after
         self.error_class = error_class or type(self).__name__
+        self.answered = answered
 
 
 class StreamStalled(ProviderError):

@@ -127,4 +127,5 @@ def _status_error(response):
         retryable=response.status_code in RETRYABLE_STATUS,
         retry_after=retry_after,
         error_class=f"HTTP{response.status_code}",
+        answered=True,
     )

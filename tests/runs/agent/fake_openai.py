@@ -3,6 +3,7 @@ next scripted response. Records what it was sent; knows when a client hung up.""
 
 import asyncio
 import json
+import time
 
 
 def sse(*chunks, usage=None):
@@ -20,6 +21,8 @@ class FakeOpenAI:
     def __init__(self, responses):
         self.responses = list(responses)  # ("stream", events, hold_after) | ("status", code, headers) | ("json", body)
         self.requests = []  # (headers, body)
+        self.arrived = []  # monotonic time of each request
+        self.answered = asyncio.Event()  # an error status was sent
         self.held = asyncio.Event()  # a stream stopped mid-way, as scripted
         self.hung_up = asyncio.Event()  # the client closed a held stream
         self.server = None
@@ -33,6 +36,11 @@ class FakeOpenAI:
         await self.server.wait_closed()
 
     @property
+    def gaps(self):
+        """Seconds between each request and the one before it (first: 0)."""
+        return [0.0] + [b - a for a, b in zip(self.arrived, self.arrived[1:])]
+
+    @property
     def base_url(self):
         host, port = self.server.sockets[0].getsockname()[:2]
         return f"http://{host}:{port}/v1"
@@ -44,6 +52,7 @@ class FakeOpenAI:
             headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:] if line)}
             body = json.loads(await reader.readexactly(int(headers.get("content-length", 0))))
             self.requests.append((headers, body))
+            self.arrived.append(time.monotonic())
             kind, *args = self.responses.pop(0)
             await getattr(self, f"_{kind}")(reader, writer, *args)
         finally:
@@ -56,6 +65,7 @@ class FakeOpenAI:
             head += f"{name}: {value}\r\n"
         writer.write(head.encode() + b"Connection: close\r\n\r\n" + payload)
         await writer.drain()
+        self.answered.set()
 
     async def _json(self, reader, writer, body):
         payload = json.dumps(body).encode()

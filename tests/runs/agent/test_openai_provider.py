@@ -56,29 +56,57 @@ async def test_streamed_tool_calls_run_and_their_results_go_back_to_the_model(ct
 
 
 async def test_server_errors_are_retried_with_backoff_then_succeed(ctx, claimed, fetch):
-    responses = [
-        ("status", 500),  # attempt 1: the stream
-        ("status", 503, {"Retry-After": "0"}),  # attempt 1: the non-streaming fallback
-        ("stream", sse("Recovered", usage=USAGE)),  # attempt 2
-    ]
+    responses = [("status", 500), ("stream", sse("Recovered", usage=USAGE))]
     async with FakeOpenAI(responses) as server:
         use(ctx, server)
         run = await claimed(agent="openai")
         await asyncio.wait_for(execute(run, signal=CancelSignal(), ctx=ctx), 10)
     row, steps, _, _ = await fetch(run.id)
     assert (row.status, [s.text for s in steps]) == ("completed", ["Recovered"])
-    assert [body["stream"] for _, body in server.requests] == [True, False, True]
-    assert ctx.stats.provider_failures == 1 and ctx.breakers.get("openai").failures == 0
+    # An error status is the server's answer, not a broken stream: retried, never rescued.
+    assert [body["stream"] for _, body in server.requests] == [True, True]
+    assert ctx.stats.provider_failures == 1 and ctx.stats.stream_failures == 0
+    assert ctx.breakers.get("openai").failures == 0
+
+
+async def test_a_429_waits_for_retry_after_then_asks_once_more(ctx, claimed, fetch):
+    import dataclasses
+
+    ctx.config = dataclasses.replace(ctx.config, backoff_base_s=0.001, backoff_max_s=0.001)
+    responses = [("status", 429, {"Retry-After": "0.3"}), ("stream", sse("Later", usage=USAGE))]
+    async with FakeOpenAI(responses) as server:
+        use(ctx, server)
+        run = await claimed(agent="openai")
+        await asyncio.wait_for(execute(run, signal=CancelSignal(), ctx=ctx), 10)
+    row, steps, _, _ = await fetch(run.id)
+    assert (row.status, [s.text for s in steps]) == ("completed", ["Later"])
+    assert [body["stream"] for _, body in server.requests] == [True, True]  # no rescue request
+    assert server.gaps[1] >= 0.3  # the provider's Retry-After, not the 1 ms backoff
+
+
+async def test_a_cancel_during_a_retry_after_wait_ends_cancelled_without_asking_again(ctx, claimed, fetch):
+    signal = CancelSignal()
+    async with FakeOpenAI([("status", 429, {"Retry-After": "60"})]) as server:
+        use(ctx, server)
+        run = await claimed(agent="openai")
+        task = asyncio.ensure_future(execute(run, signal=signal, ctx=ctx))
+        await asyncio.wait_for(server.answered.wait(), 10)
+        signal.cancel()
+        outcome = await asyncio.wait_for(task, 10)  # far less than the 60 s asked for
+    row, *_ = await fetch(run.id)
+    assert outcome.status == "cancelled" and (row.status, row.termination_reason) == ("cancelled", "cancelled")
+    assert len(server.requests) == 1
+    assert ctx.breakers.get("openai").failures == 0
 
 
 async def test_client_errors_are_not_retried(ctx, claimed, fetch):
-    async with FakeOpenAI([("status", 401), ("status", 401)]) as server:
+    async with FakeOpenAI([("status", 401)]) as server:
         use(ctx, server)
         run = await claimed(agent="openai")
         await asyncio.wait_for(execute(run, signal=CancelSignal(), ctx=ctx), 10)
     row, *_ = await fetch(run.id)
     assert (row.status, row.termination_reason, row.error_class) == ("failed", "provider_failed", "HTTP401")
-    assert len(server.requests) == 2  # the stream and its fallback, no retry
+    assert len(server.requests) == 1  # no retry, and no non-streaming "rescue" of a 4xx
 
 
 async def test_cancel_mid_stream_hangs_up_and_discards_the_step(ctx, claimed, fetch):
