@@ -86,12 +86,20 @@ def test_stuck_and_reap(running_run):
 
     stale, fresh = running_run(), running_run()
     Run.objects.filter(pk=stale.id).update(heartbeat_at=timezone.now() - timedelta(minutes=5))
-    out = runs("stuck", "--older-than", "30s")
-    assert str(stale.id) in out and str(fresh.id) not in out
+    out = StringIO()
+    with pytest.raises(CommandError) as found:
+        call_command("runs", "stuck", "--older-than", "30s", stdout=out)
+    assert found.value.returncode == 1 and str(found.value) == "1 stuck run(s)"
+    assert str(stale.id) in out.getvalue() and str(fresh.id) not in out.getvalue()
     out = runs("reap", "--older-than", "60s")
     assert "reaped 1 run(s)" in out and str(stale.id) in out
     assert Run.objects.get(pk=stale.id).termination_reason == "worker_lost"
     assert Run.objects.get(pk=fresh.id).status == "running"
+
+
+def test_stuck_exits_0_when_there_are_none(running_run):
+    running_run()  # fresh heartbeat
+    assert exit_code("stuck", "--older-than", "30s") == (0, "")
 
 
 def test_bad_duration_exits_2():

@@ -42,7 +42,9 @@ class Command(BaseCommand):
         listing = sub.add_parser("list", help="newest runs first")
         listing.add_argument("--status", choices=Run.Status.values)
         listing.add_argument("--limit", type=int, default=50)
-        stuck = sub.add_parser("stuck", help="live runs with a stale heartbeat")
+        stuck = sub.add_parser(
+            "stuck", help="live runs with a stale heartbeat; exit 1 when there are any (for cron and alerts), 0 when none"
+        )
         stuck.add_argument("--older-than", default="30s", dest="older_than")
         reap = sub.add_parser("reap", help="settle stale runs as failed / worker_lost")
         reap.add_argument("--older-than", default="60s", dest="older_than")
@@ -112,9 +114,13 @@ class Command(BaseCommand):
             self.stdout.write(_row(run))
 
     def do_stuck(self, older_than, **_):
+        found = 0
         for run in queries.stuck(duration(older_than)):
             age = timezone.now() - run.heartbeat_at if run.heartbeat_at else None
             self.stdout.write(f"{_row(run)}  heartbeat {_age(age)} ago")
+            found += 1
+        if found:  # a cron job alerts on the exit code alone
+            raise CommandError(f"{found} stuck run(s)", returncode=1)
 
     def do_reap(self, older_than, **_):
         reaped = transitions.reap_stale(older_than=duration(older_than))
