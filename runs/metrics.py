@@ -8,7 +8,7 @@ per process: it counts this process's sockets.
 from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import Count, DurationField, ExpressionWrapper, F, Q, Sum
+from django.db.models import Count, DurationField, Exists, ExpressionWrapper, F, OuterRef, Q, Sum
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
@@ -24,13 +24,28 @@ OPEN_WEBSOCKETS = Gauge(
 )
 
 
-def cancel_latency_buckets(*, since=None):
+# Which cancels a latency figure is about. Only `live` measures the product's promise
+# (a worker noticed and stopped); a queued run is cancelled in the request's own
+# statement (0 ms) and a retire does not wait for anyone, so mixing them in flatters.
+CANCEL_KINDS = ("live", "queued", "retired")
+
+
+def _cancel_kind(kind):
+    retired = Exists(RunEvent.objects.filter(run=OuterRef("pk"), kind=RunEvent.Kind.RETIRED))
+    if kind == "queued":  # never claimed: settled by the request itself
+        return Q(started_at__isnull=True)
+    if kind == "retired":
+        return Q(started_at__isnull=False) & Q(retired)
+    return Q(started_at__isnull=False) & ~Q(retired)
+
+
+def cancel_latency_buckets(*, since=None, kind="live"):
     """(cumulative counts per bucket incl. +Inf, sum in seconds) of request → settled
-    for every cancelled run that had a request (created since `since`, if given); one
-    aggregate query."""
+    for the cancelled runs of `kind` (see CANCEL_KINDS) that had a request (created
+    since `since`, if given); one aggregate query."""
     latency = ExpressionWrapper(F("finished_at") - F("cancel_requested_at"), output_field=DurationField())
     cancelled = Run.objects.filter(
-        status=Run.Status.CANCELLED, cancel_requested_at__isnull=False, finished_at__isnull=False
+        _cancel_kind(kind), status=Run.Status.CANCELLED, cancel_requested_at__isnull=False, finished_at__isnull=False
     ).annotate(latency=latency)
     if since is not None:
         cancelled = cancelled.filter(created_at__gte=since)
@@ -42,6 +57,14 @@ def cancel_latency_buckets(*, since=None):
     counts = [row[f"le{i}"] for i in range(len(CANCEL_BUCKETS_S))] + [row["total"]]
     total = row["latency_sum"] or timedelta(0)
     return counts, total.total_seconds()
+
+
+def cancel_counts(*, since=None):
+    """{kind: number of cancelled runs with a request}, for each of CANCEL_KINDS; one query."""
+    cancelled = Run.objects.filter(status=Run.Status.CANCELLED, cancel_requested_at__isnull=False)
+    if since is not None:
+        cancelled = cancelled.filter(created_at__gte=since)
+    return cancelled.aggregate(**{kind: Count("pk", filter=_cancel_kind(kind)) for kind in CANCEL_KINDS})
 
 
 class RunCollector:
@@ -72,12 +95,16 @@ class RunCollector:
             "runwarden_reaped_runs", "Runs settled failed / worker_lost by the watchdog",
             value=events.get("reaped", 0),
         )
-        counts, total = cancel_latency_buckets()
-        bounds = [str(float(b)) for b in CANCEL_BUCKETS_S] + ["+Inf"]
-        yield HistogramMetricFamily(
-            "runwarden_cancel_latency_seconds", "Cancel request to cancelled settle",
-            buckets=list(zip(bounds, counts)), sum_value=total,
+        histogram = HistogramMetricFamily(
+            "runwarden_cancel_latency_seconds",
+            "Cancel request to cancelled settle; kind: live (a worker stopped), queued (settled by the request), retired",
+            labels=["kind"],
         )
+        bounds = [str(float(b)) for b in CANCEL_BUCKETS_S] + ["+Inf"]
+        for kind in CANCEL_KINDS:
+            counts, total = cancel_latency_buckets(kind=kind)
+            histogram.add_metric([kind], buckets=list(zip(bounds, counts)), sum_value=total)
+        yield histogram
 
 
 def render():

@@ -21,8 +21,9 @@ class Overview:
     hours: list  # [(hour start, {status: n})], oldest first, 24 entries
     reasons: list  # [(reason, n)] for runs that ended, most first
     statuses: list  # [(status, n)]
-    latency: list  # [(upper bound label, n in this bucket)] (not cumulative)
+    latency: list  # [(upper bound label, n in this bucket)] (not cumulative), live runs only
     latency_count: int
+    settled_at_once: dict  # {"queued": n, "retired": n}: cancels no worker had to notice
 
 
 def last_24h(now=None):
@@ -50,6 +51,7 @@ def last_24h(now=None):
         statuses=[(s, statuses.get(s, 0)) for s in Run.Status.values],
         latency=list(zip(labels, per_bucket)),
         latency_count=cumulative[-1],
+        settled_at_once={k: n for k, n in metrics.cancel_counts(since=since).items() if k != "live"},
     )
 
 

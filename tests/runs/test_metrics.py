@@ -35,6 +35,8 @@ def test_values_after_a_known_sequence(make_run, running_run, run_in):
     transitions.request_cancel(slow.id)
     Run.objects.filter(pk=slow.id).update(cancel_requested_at=timezone.now() - timedelta(seconds=3))
     transitions.settle(slow.id, status="cancelled", reason="cancelled", worker="w1")
+    retired = running_run()
+    transitions.force_cancel(retired.id)  # settled by the retire itself: not a worker's latency
     lost = running_run()
     Run.objects.filter(pk=lost.id).update(heartbeat_at=timezone.now() - timedelta(hours=1))
 
@@ -43,16 +45,21 @@ def test_values_after_a_known_sequence(make_run, running_run, run_in):
     assert values['runwarden_runs{reason="",status="running"}'] == 2
     assert values['runwarden_runs{reason="completed",status="completed"}'] == 1
     assert values['runwarden_runs{reason="provider_failed",status="failed"}'] == 1
-    assert values['runwarden_runs{reason="cancelled",status="cancelled"}'] == 2
+    assert values['runwarden_runs{reason="cancelled",status="cancelled"}'] == 3
     assert values["runwarden_active_runs"] == 2
     assert values["runwarden_stuck_runs"] == 1
     assert values["runwarden_late_settles_ignored_total"] == 1
     assert values["runwarden_reaped_runs_total"] == 0
-    assert values['runwarden_cancel_latency_seconds_bucket{le="1.0"}'] == 1  # the queued one
-    assert values['runwarden_cancel_latency_seconds_bucket{le="5.0"}'] == 2
-    assert values['runwarden_cancel_latency_seconds_bucket{le="+Inf"}'] == 2
-    assert values["runwarden_cancel_latency_seconds_count"] == 2
-    assert 2.9 < values["runwarden_cancel_latency_seconds_sum"] < 4
+    # Live runs only: the queued cancel and the retire (0 ms each) are series of their own.
+    live = 'runwarden_cancel_latency_seconds_{}{{kind="live"{}}}'
+    assert values[live.format("bucket", ',le="1.0"')] == 0
+    assert values[live.format("bucket", ',le="5.0"')] == 1
+    assert values[live.format("bucket", ',le="+Inf"')] == 1
+    assert values[live.format("count", "")] == 1
+    assert 2.9 < values[live.format("sum", "")] < 4
+    for kind in ("queued", "retired"):
+        assert values[f'runwarden_cancel_latency_seconds_bucket{{kind="{kind}",le="0.005"}}'] == 1
+        assert values[f'runwarden_cancel_latency_seconds_count{{kind="{kind}"}}'] == 1
 
     transitions.reap_stale(older_than=LONG_AGO)
     values = scrape()

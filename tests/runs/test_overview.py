@@ -16,10 +16,16 @@ def test_last_24h_counts_by_hour_status_reason_and_latency(make_run, run_in):
     old = make_run()
     Run.objects.filter(pk=old.id).update(created_at=timezone.now() - timedelta(days=2))  # outside
     quick = make_run()
-    transitions.request_cancel(quick.id)  # settled at once: 0 ms
+    transitions.request_cancel(quick.id)  # settled at once: 0 ms, not a worker's latency
+    stopped = make_run()
+    assert transitions.claim(stopped.id, worker="w1")
+    transitions.request_cancel(stopped.id)
+    Run.objects.filter(pk=stopped.id).update(cancel_requested_at=timezone.now() - timedelta(milliseconds=40))
+    assert transitions.settle(stopped.id, status="cancelled", reason="cancelled", worker="w1")
     numbers = overview.last_24h()
     assert len(numbers.hours) == 24
-    assert sum(sum(by_status.values()) for _, by_status in numbers.hours) == 4
+    assert sum(sum(by_status.values()) for _, by_status in numbers.hours) == 5
     assert dict(numbers.statuses)["failed"] == 2 and dict(numbers.statuses)["queued"] == 0
-    assert numbers.reasons[0] == ("provider_failed", 2)
-    assert numbers.latency[0] == ("≤5 ms", 1) and numbers.latency_count == 1
+    assert dict(numbers.reasons) == {"completed": 1, "provider_failed": 2, "cancelled": 2}
+    assert numbers.latency_count == 1 and dict(numbers.latency)["≤50 ms"] == 1
+    assert numbers.settled_at_once == {"queued": 1, "retired": 0}
