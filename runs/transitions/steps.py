@@ -17,8 +17,9 @@ from runs.transitions._guard import E, S, parse_id
 
 
 def commit_step(run_id, *, worker, index, kind, text="", tool_calls=(), tokens_in=0, tokens_out=0, cost=0):
-    """Write step `index` and add it to the run's totals. Returns the Step, or None when
-    the worker no longer holds the running run or a cancel is pending (nothing written).
+    """Write step `index` and add it to the run's totals (and count as a heartbeat).
+    Returns the Step, or None when the worker no longer holds the running run or a
+    cancel is pending (nothing written).
     Every tool call must carry its result (or error): half a tool call is never kept."""
     run_id = parse_id(run_id)
     if kind not in Step.Kind.values:
@@ -39,6 +40,7 @@ def commit_step(run_id, *, worker, index, kind, text="", tool_calls=(), tokens_i
             tokens_out=F("tokens_out") + tokens_out,
             cost=F("cost") + cost,
             last_progress_at=Now(),
+            heartbeat_at=Now(),  # a holder that commits is alive: it counts as a beat
         ):
             return None
         step = Step.objects.create(

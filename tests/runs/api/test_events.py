@@ -94,3 +94,27 @@ async def test_events_tell_the_agent_a_cancel_is_pending_and_stop_after_the_run_
     response = await client.post(f"/api/v1/runs/{run_id}/events", body, content_type="application/json")
     assert response.status_code == 409 and response.json()["error"]["code"] == "run_ended"
     assert response.json()["status"] == "cancelled"
+
+
+def _make_stale(run_id):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from runs.models import Run
+
+    Run.objects.filter(pk=run_id).update(heartbeat_at=timezone.now() - timedelta(minutes=5))
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_a_batch_counts_as_a_heartbeat_so_a_streaming_agent_is_not_reaped():
+    from datetime import timedelta
+
+    token, run_id = await _create_held("streamer")
+    await sync_to_async(_make_stale)(run_id)
+    response = await KeyedAsyncClient(token).post(
+        f"/api/v1/runs/{run_id}/events", json.dumps({"events": [delta(0, 0, "x")]}), content_type="application/json"
+    )
+    assert response.status_code == 200
+    assert await sync_to_async(transitions.reap_stale)(older_than=timedelta(minutes=1)) == []

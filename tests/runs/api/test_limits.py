@@ -29,12 +29,12 @@ def test_500_events_are_accepted_and_501_are_a_413(agent, held_run):
 
 def test_a_body_over_1_mib_is_a_413_on_every_endpoint(agent, held_run):
     run_id = held_run()
-    before = snapshot(run_id)
     _, client = agent
     text = "y" * (MAX_BODY_BYTES - 100)
     fits = json.dumps({"events": [delta(0, text)]})
     assert len(fits) <= MAX_BODY_BYTES
-    assert client.post(f"/runs/{run_id}/events", raw=fits).status_code == 200
+    assert client.post(f"/runs/{run_id}/events", raw=fits).status_code == 200  # and beats
+    before = snapshot(run_id)
     over = json.dumps({"events": [delta(0, text + "y" * 200)]})
     for path in ("/runs", f"/runs/{run_id}/events", f"/runs/{run_id}/steps", f"/runs/{run_id}/settle"):
         response = client.post(path, raw=over)

@@ -128,3 +128,15 @@ def test_an_operator_retires_a_run_and_a_second_retire_is_a_409(operator, held_r
     response = client.post(f"/runs/{run_id}/retire")
     assert response.status_code == 409 and response.json()["status"] == "cancelled"
     assert client.post(f"/runs/{run_id}/cancel").status_code == 409
+
+
+def test_a_committed_step_counts_as_a_heartbeat_so_a_busy_agent_is_not_reaped(agent, held_run):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    run_id = held_run()
+    Run.objects.filter(pk=run_id).update(heartbeat_at=timezone.now() - timedelta(minutes=5))
+    assert agent[1].post(f"/runs/{run_id}/steps", STEP).status_code == 201
+    assert transitions.reap_stale(older_than=timedelta(minutes=1)) == []
+    assert Run.objects.get(pk=run_id).status == "running"
