@@ -20,7 +20,8 @@ TIMELINE_LIMIT = 500
 # Keys shown by the timeline template itself; anything else goes under "details".
 SHOWN_EVENT_KEYS = {"status", "reason", "note", "settled_queued", "index", "kind", "text", "partial_text",
                     "interrupted_text", "refused", "standing", "new_run", "retry_of", "answer", "request",
-                    "interrupted", "tool_calls", "truncated", "error_class"}
+                    "interrupted", "tool_calls", "truncated", "error_class",
+                    "tokens_in", "tokens_out", "cost", "estimated"}
 
 
 @dataclass(frozen=True)

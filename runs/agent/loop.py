@@ -49,7 +49,7 @@ from runs.agent.cancel import Cancelled
 from runs.agent.dispatch import ToolDispatcher, deny_listed
 from runs.agent.model import ModelCaller
 from runs.agent.outcomes import ApprovalDenied, LostRun, PolicyDenied
-from runs.agent.providers.base import ModelRequest, ProviderError, SimulatedDeath
+from runs.agent.providers.base import ModelRequest, ProviderError, Reply, SimulatedDeath
 from runs.agent.tools import ToolContext, builtins
 from runs.models import Run, RunInput
 
@@ -147,6 +147,7 @@ class Engine:
         self.inflight = {"index": self.index}
         self.progress.start(self.index)
         request = ModelRequest(str(self.run_id), self.index, list(self.messages), self.tool_specs)
+        self.inflight["request"] = request
         reply = await self.caller.call(request)
         self.inflight["reply"] = reply
         records = await self.dispatcher.run(reply) if reply.tool_calls else []
@@ -199,12 +200,25 @@ class Engine:
         if inflight is None:
             return
         reply = inflight.get("reply")
-        if reply is not None:
-            self._spend(reply)
+        spent = self._spent_on(inflight)
+        self._spend(spent)
         self.discarded = {
             "index": inflight["index"], "text": self.progress.text, "interrupted": True, "reason": why,
             "tool_calls": [c.name for c in reply.tool_calls] if reply else [],
+            # Paid for though thrown away: counted in the run's totals, shown apart.
+            "tokens_in": spent.tokens_in, "tokens_out": spent.tokens_out, "cost": str(spent.cost),
+            "estimated": reply is None,
         }
+
+    def _spent_on(self, inflight):
+        """What the discarded step cost: its reply's usage, or, abandoned mid-stream
+        (usage comes only with the reply), the provider's estimate for what streamed."""
+        if inflight.get("reply") is not None:
+            return inflight["reply"]
+        if inflight.get("request") is None or not self.progress.text:
+            return Reply(text="")  # nothing was generated (or nothing is known of it)
+        tokens_in, tokens_out, cost = self.provider.estimate(inflight["request"], self.progress.text)
+        return Reply(text="", tokens_in=tokens_in, tokens_out=tokens_out, cost=cost)
 
     def _spend(self, reply):
         self.usage["tokens_in"] += reply.tokens_in

@@ -350,6 +350,19 @@ def test_timeline_shows_a_discarded_step_with_its_interrupted_text(op_client, ru
     assert "interrupted text (discarded)" in item and "half a &lt;b&gt;thought" in item
 
 
+def test_timeline_shows_what_a_discarded_step_cost(op_client, running):
+    from runs import events
+
+    run = running()
+    events.append(run.id, "step_discarded", actor="w1", index=0, text="half", interrupted=True,
+                  reason="cancelled", tool_calls=[], tokens_in=12, tokens_out=53, cost="0.000130", estimated=True)
+    html = op_client.get(f"/runs/{run.id}/").content.decode()
+    item = html[html.index('class="event k-step_discarded"'):]
+    item = item[: item.index("</li>")]
+    assert "spent though discarded: 12 / 53 tokens in/out, $0.000130 (estimated" in item
+    assert "details" not in item  # every key is shown in words, none left raw
+
+
 def test_filtering_from_the_page_gets_just_the_list_partial(op_client, make_run):
     wanted, _other = make_run(title="wanted"), make_run(title="other")
     response = op_client.get("/?q=wanted", **HX)

@@ -7,6 +7,7 @@ asking again may help. Providers must be safe to abandon at any await: the engin
 drops a request or a stream mid-flight when a cancel lands.
 """
 
+import json
 from dataclasses import dataclass, field
 from decimal import Decimal
 
@@ -83,6 +84,15 @@ class Provider:
     def gate(self):
         """Seconds to wait before the next request (a rate limit); 0 to go now."""
         return 0.0
+
+    def estimate(self, request, streamed):
+        """(tokens_in, tokens_out, cost) of a request abandoned mid-stream: the provider
+        bills the prompt and what it generated, but usage only comes with the reply.
+        About four characters a token, the usual rule of thumb; providers that know
+        better override it."""
+        tokens_in = len(json.dumps(request.messages)) // 4 + 1
+        tokens_out = (len(streamed) + 3) // 4
+        return tokens_in, tokens_out, Decimal(0)
 
     async def stream(self, request):  # pragma: no cover - interface
         raise NotImplementedError

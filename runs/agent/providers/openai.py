@@ -74,6 +74,10 @@ class OpenAIProvider(Provider):
         choices = body.get("choices") or [{}]
         return self._reply(choices[0].get("message") or {}, body.get("usage") or {})
 
+    def estimate(self, request, streamed):
+        tokens_in, tokens_out, _ = super().estimate(request, streamed)
+        return tokens_in, tokens_out, self.price_in * tokens_in + self.price_out * tokens_out
+
     def _reply(self, message, usage):
         calls = []
         for raw in message.get("tool_calls") or []:

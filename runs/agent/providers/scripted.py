@@ -68,6 +68,11 @@ class ScriptedProvider(Provider):
         self.calls += 1
         return self._reply(request, self._turn(request.index))
 
+    def estimate(self, request, streamed):
+        """Exactly what the reply would have counted for the words streamed so far."""
+        tokens_in, tokens_out = 8 + 4 * len(request.messages), len(streamed.split())
+        return tokens_in, tokens_out, PRICE_PER_TOKEN * (tokens_in + tokens_out)
+
     def _reply(self, request, turn):
         text = " ".join((turn.get("say") or "").split())
         calls, approval = [], False

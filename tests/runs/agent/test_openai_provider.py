@@ -129,6 +129,8 @@ async def test_cancel_mid_stream_hangs_up_and_discards_the_step(ctx, claimed, fe
     row, steps, _, by_kind = await fetch(run.id)
     assert outcome.status == "cancelled" and (row.status, row.termination_reason) == ("cancelled", "cancelled")
     assert steps == [] and by_kind["step_discarded"][0]["text"] == "Hello there"
+    # Usage never came (the stream was dropped): the spend is estimated, ~4 chars a token.
+    assert by_kind["step_discarded"][0]["estimated"] is True and row.tokens_out == 3 > 0
     assert ctx.breakers.get("openai").failures == 0 and ctx.stats.stream_failures == 0
 
 
