@@ -142,6 +142,8 @@ RUNWARDEN_HEARTBEAT_S = env.number("RUNWARDEN_HEARTBEAT_S", 1.0, minimum=0.05)
 RUNWARDEN_STUCK_S = env.number("RUNWARDEN_STUCK_S", 5 * RUNWARDEN_HEARTBEAT_S, minimum=0.1)
 RUNWARDEN_REAP_S = env.number("RUNWARDEN_REAP_S", 60.0, minimum=0.1)
 RUNWARDEN_CANCEL_GRACE_S = env.number("RUNWARDEN_CANCEL_GRACE_S", 30.0, minimum=0.1)
+# After the grace the worker is told to stop hard; this much later the run is retired.
+RUNWARDEN_CANCEL_ESCALATE_S = env.number("RUNWARDEN_CANCEL_ESCALATE_S", 30.0, minimum=0.1)
 RUNWARDEN_WATCHDOG_S = env.number("RUNWARDEN_WATCHDOG_S", 2.0, minimum=0.05)
 # /metrics: a bearer token, or an address in the allowlist (default: this machine only).
 RUNWARDEN_METRICS_TOKEN = os.environ.get("RUNWARDEN_METRICS_TOKEN", "")

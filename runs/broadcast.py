@@ -25,7 +25,7 @@ from runs import groups
 
 log = logging.getLogger(__name__)
 
-CANCELLING_EVENTS = ("cancel_requested", "retired")
+CANCELLING_EVENTS = ("cancel_requested", "retired", "cancel_not_honoured")
 FAILURE_LOG_EVERY_S = 30.0
 
 
@@ -46,6 +46,8 @@ def announce(run, event):
     sends = []
     if event.kind in CANCELLING_EVENTS and not event.data.get("settled_queued"):
         control = {"type": "run.cancel", "run_id": str(run.id), "source": run.cancel_source, "note": run.cancel_note}
+        if event.kind == "cancel_not_honoured":
+            control["hard"] = True  # drop the run's task at its next await
         sends.append((groups.control(run.id), control))
     sends += [(groups.viewers(run.id), message), (groups.LIST_GROUP, message)]
     send_all(sends)

@@ -84,7 +84,7 @@ class RunCollector:
             "runwarden_stuck_runs", "Live runs with a stale heartbeat", value=queries.stuck(stuck_after).count()
         )
         events = dict(
-            RunEvent.objects.filter(kind__in=["late_settle_ignored", "reaped"])
+            RunEvent.objects.filter(kind__in=["late_settle_ignored", "reaped", "cancel_not_honoured"])
             .order_by().values_list("kind").annotate(n=Count("pk"))
         )
         yield CounterMetricFamily(
@@ -94,6 +94,11 @@ class RunCollector:
         yield CounterMetricFamily(
             "runwarden_reaped_runs", "Runs settled failed / worker_lost by the watchdog",
             value=events.get("reaped", 0),
+        )
+        yield CounterMetricFamily(
+            "runwarden_cancels_not_honoured",
+            "Cancels still not honoured after RUNWARDEN_CANCEL_GRACE_S (the worker was told to stop hard)",
+            value=events.get("cancel_not_honoured", 0),
         )
         histogram = HistogramMetricFamily(
             "runwarden_cancel_latency_seconds",

@@ -98,6 +98,9 @@ class Run(models.Model):
     cancel_requested_by = models.CharField(max_length=150, blank=True)
     cancel_source = models.CharField(max_length=16, choices=CancelSource.choices, blank=True)
     cancel_note = models.CharField(max_length=500, blank=True)
+    # When the watchdog found the cancel not honoured and told the worker to stop hard;
+    # the run is retired RUNWARDEN_CANCEL_ESCALATE_S later if it still has not ended.
+    cancel_escalated_at = models.DateTimeField(null=True, blank=True)
 
     worker = models.CharField(max_length=200, blank=True)
     # What a waiting run waits for: the gated tool call and its deadline, or a prompt.
@@ -225,6 +228,8 @@ class RunEvent(models.Model):
         SETTLED = "settled", "settled"
         CANCEL_TOO_LATE = "cancel_too_late", "cancel arrived too late"
         LATE_SETTLE_IGNORED = "late_settle_ignored", "late settle ignored"
+        CANCEL_NOT_HONOURED = "cancel_not_honoured", "cancel not honoured: hard stop asked"
+        HARD_STOPPED = "hard_stopped", "hard stop: the worker dropped the run's task"
         RETIRED = "retired", "retired"
         REAPED = "reaped", "reaped"
         RETRIED = "retried", "retried"

@@ -25,6 +25,16 @@ def cancel_not_honoured(grace):
     return Run.objects.filter(status__in=Run.LIVE, cancel_requested_at__lt=stale_before(grace))
 
 
+def escalation_due(grace):
+    """Live runs whose cancel is older than `grace` and not escalated yet."""
+    return cancel_not_honoured(grace).filter(cancel_escalated_at__isnull=True)
+
+
+def retire_due(escalate):
+    """Live runs told to stop hard more than `escalate` ago and still not ended."""
+    return Run.objects.filter(status__in=Run.LIVE, cancel_escalated_at__lt=stale_before(escalate))
+
+
 def past_deadline():
     """Non-terminal runs past their deadline that nobody has asked to stop yet."""
     return Run.objects.filter(

@@ -6,8 +6,10 @@ Every sweep, on the database clock (one clock for every node):
     stuck                 live, heartbeat older than RUNWARDEN_STUCK_S     flagged (derived, counted)
     lost                  running, heartbeat older than RUNWARDEN_REAP_S   reap: failed / worker_lost
     past deadline         non-terminal, deadline passed, no cancel yet     request cancel (watchdog)
-    cancel not honoured   cancel older than RUNWARDEN_CANCEL_GRACE_S       flagged; retired once its
-                                                                           heartbeat is stale as well
+    cancel not honoured   cancel older than RUNWARDEN_CANCEL_GRACE_S       escalate: the worker is told
+                                                                           to stop hard (once)
+    hard stop ignored     escalated over RUNWARDEN_CANCEL_ESCALATE_S ago   retire (force_cancel)
+    ignored and silent    not honoured, heartbeat stale as well            retire at once
 
 Staleness is re-checked inside each UPDATE, so a heartbeat landing at the same moment
 wins. A sweep is idempotent: two watchdogs (or two servers) can run side by side.
@@ -36,21 +38,24 @@ class Sweep:
     reaped: list = field(default_factory=list)
     deadline_cancelled: list = field(default_factory=list)
     retired: list = field(default_factory=list)
+    escalated: list = field(default_factory=list)
 
     @property
     def acted(self):
-        return bool(self.reaped or self.deadline_cancelled or self.retired)
+        return bool(self.reaped or self.deadline_cancelled or self.retired or self.escalated)
 
 
 def _seconds(value):
     return timedelta(seconds=value)
 
 
-def sweep(*, stuck_s=None, reap_s=None, grace_s=None, limit=500):
+def sweep(*, stuck_s=None, reap_s=None, grace_s=None, escalate_s=None, limit=500):
     """One pass of the table above; returns what it found and did."""
     stuck_after = _seconds(stuck_s if stuck_s is not None else settings.RUNWARDEN_STUCK_S)
     reap_after = _seconds(reap_s if reap_s is not None else settings.RUNWARDEN_REAP_S)
-    grace = _seconds(grace_s if grace_s is not None else settings.RUNWARDEN_CANCEL_GRACE_S)
+    grace_s = grace_s if grace_s is not None else settings.RUNWARDEN_CANCEL_GRACE_S
+    grace = _seconds(grace_s)
+    escalate = _seconds(escalate_s if escalate_s is not None else settings.RUNWARDEN_CANCEL_ESCALATE_S)
     report = Sweep()
 
     for run_id in queries.past_deadline().values_list("pk", flat=True)[:limit]:
@@ -69,12 +74,24 @@ def sweep(*, stuck_s=None, reap_s=None, grace_s=None, limit=500):
         ):
             report.retired.append(run_id)
 
+    for run_id in queries.escalation_due(grace).values_list("pk", flat=True)[:limit]:
+        if transitions.escalate_cancel(run_id, by="watchdog", grace_s=grace_s):
+            report.escalated.append(run_id)
+    hard_stop_ignored = queries.retire_due(escalate)
+    for run_id in hard_stop_ignored.values_list("pk", flat=True)[:limit]:
+        # The guard re-checks the escalation's age inside the UPDATE.
+        if transitions.force_cancel(
+            run_id, by="watchdog", source=WATCHDOG, note="cancel not honoured; hard stop ignored",
+            guard=Q(cancel_escalated_at__lt=queries.stale_before(escalate)),
+        ):
+            report.retired.append(run_id)
+
     report.stuck = queries.stuck(stuck_after).count()
     report.not_honoured = ignored.count()
     if report.acted:
         log.info(
-            "watchdog: %d reaped, %d cancelled at deadline, %d retired (cancel not honoured)",
-            len(report.reaped), len(report.deadline_cancelled), len(report.retired),
+            "watchdog: %d reaped, %d cancelled at deadline, %d told to stop hard, %d retired (cancel not honoured)",
+            len(report.reaped), len(report.deadline_cancelled), len(report.escalated), len(report.retired),
         )
     return report
 

@@ -16,6 +16,7 @@ terminal is terminal, and a late settle keeps the first outcome.
     resume          waiting_*                  running     claimed once
     settle          running, waiting_*         completed / failed / cancelled
     force_cancel    any non-terminal           cancelled   retire: the worker is gone
+    escalate_cancel running, waiting_*         (same) + cancel_escalated_at: hard stop asked, once
     reap_stale      running, stale heartbeat   failed / worker_lost
     retry           terminal + retryable       new queued run (retry_of), once
 """
@@ -23,6 +24,7 @@ terminal is terminal, and a late settle keeps the first outcome.
 from channels.db import database_sync_to_async
 
 from runs.transitions._guard import ALLOWED_FROM, CancelOutcome, Heartbeat, parse_id
+from runs.transitions.escalation import escalate_cancel
 from runs.transitions.ending import force_cancel, reap_stale, request_cancel, safe_message, settle
 from runs.transitions.follow_up import consume_inputs, queue_input, retry
 from runs.transitions.lifecycle import claim, claim_next, create_run, heartbeat, resume, suspend
@@ -31,7 +33,7 @@ from runs.transitions.steps import commit_step
 __all__ = [
     "ALLOWED_FROM", "CancelOutcome", "Heartbeat", "parse_id", "create_run", "claim", "claim_next",
     "heartbeat", "request_cancel", "force_cancel", "reap_stale", "suspend", "resume", "settle",
-    "safe_message", "retry", "queue_input", "consume_inputs", "commit_step",
+    "safe_message", "retry", "queue_input", "consume_inputs", "commit_step", "escalate_cancel",
 ]
 
 # Async twins, for consumers and the engine.

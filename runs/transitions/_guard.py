@@ -28,6 +28,7 @@ ALLOWED_FROM = {
     "resume": Run.WAITING,
     "settle": Run.LIVE,
     "force_cancel": Run.NON_TERMINAL,
+    "escalate_cancel": Run.LIVE,
     "reap": (S.RUNNING,),
 }
 

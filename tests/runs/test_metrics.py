@@ -73,3 +73,11 @@ def test_open_websockets_gauge_is_exported():
         assert re.search(r'runwarden_open_websockets\{kind="viewer"\} 1\.0', metrics.render().decode())
     finally:
         metrics.OPEN_WEBSOCKETS.labels(kind="viewer").dec()
+
+
+def test_cancels_not_honoured_are_counted(running_run):
+    assert scrape()["runwarden_cancels_not_honoured_total"] == 0
+    ignored = running_run()
+    transitions.request_cancel(ignored.id)
+    assert transitions.escalate_cancel(ignored.id)
+    assert scrape()["runwarden_cancels_not_honoured_total"] == 1

@@ -139,6 +139,15 @@ def test_retire_keeps_totals_and_an_earlier_request(running_run):
     assert (retired.actor, retired.data["note"]) == ("bob", "worker gone")
 
 
+def test_escalate_cancel_writes_cancel_not_honoured(running_run):
+    run = running_run()
+    transitions.request_cancel(run.id, by="alice")
+    assert transitions.escalate_cancel(run.id, by="watchdog", grace_s=30)
+    event = RunEvent.objects.filter(run=run).latest("seq")
+    assert (event.kind, event.actor, event.source) == ("cancel_not_honoured", "watchdog", "watchdog")
+    assert event.data == {"status": "running", "action": "hard stop asked", "grace_s": 30}
+
+
 def test_reap_writes_reaped_and_is_retryable(running_run):
     run = running_run()
     assert transitions.reap_stale(older_than=LONG_AGO) == [run.id]

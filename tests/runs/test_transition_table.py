@@ -78,6 +78,24 @@ EXPECTED_CANCEL = {
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("status", STATUSES)
+def test_escalate_cancel_from_every_status(run_in, status):
+    """Only a live run with a pending cancel can be escalated, and only once."""
+    run = run_in(status)
+    if status in LIVE:
+        assert transitions.escalate_cancel(run.id) is False  # no cancel pending: nothing to escalate
+        transitions.request_cancel(run.id, by="op")
+    before = snapshot(run.id)
+    won = transitions.escalate_cancel(run.id)
+    after = Run.objects.get(pk=run.id)
+    if status in LIVE:
+        assert won is True and after.status == status and after.cancel_escalated_at is not None
+        assert transitions.escalate_cancel(run.id) is False
+    else:
+        assert won is False and snapshot(run.id) == before
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("status", STATUSES)
 def test_request_cancel_from_every_status(run_in, status):
     run = run_in(status)
     outcome, then = EXPECTED_CANCEL[status]

@@ -80,6 +80,58 @@ def test_unhonoured_cancel_is_flagged_and_retired_once_the_worker_is_silent(runn
     assert (retired.actor, retired.source) == ("watchdog", "watchdog")
 
 
+def age_escalation(run, seconds):
+    Run.objects.filter(pk=run.id).update(cancel_escalated_at=timezone.now() - timedelta(seconds=seconds))
+
+
+def test_a_cancel_ignored_by_a_beating_worker_is_escalated_then_retired(running_run):
+    run = running_run()
+    transitions.request_cancel(run.id, by="alice")
+    age_cancel(run, 31)
+    report = watchdog.sweep(stuck_s=5, grace_s=30, escalate_s=30)
+    assert (report.escalated, report.retired) == ([run.id], [])  # told to stop hard, still live
+    assert watchdog.sweep(stuck_s=5, grace_s=30, escalate_s=30).escalated == []  # once
+    assert Run.objects.get(pk=run.id).status == "running"
+    assert transitions.heartbeat(run.id, worker="w1").held  # it keeps beating, ignoring it
+    age_escalation(run, 31)
+    report = watchdog.sweep(stuck_s=5, grace_s=30, escalate_s=30)
+    assert report.retired == [run.id]
+    row = Run.objects.get(pk=run.id)
+    assert (row.status, row.termination_reason, row.cancel_requested_by) == ("cancelled", "cancelled", "alice")
+    # The worker's settle comes too late: it loses and is traced.
+    assert not transitions.settle(run.id, status="completed", reason="completed", worker="w1")
+    kinds = list(RunEvent.objects.filter(run=run).order_by("seq").values_list("kind", flat=True))
+    assert kinds[-4:] == ["cancel_requested", "cancel_not_honoured", "retired", "late_settle_ignored"]
+    retired = RunEvent.objects.get(run=run, kind="retired")
+    assert retired.data["note"] == "cancel not honoured; hard stop ignored"
+
+
+def test_a_run_that_ends_after_the_hard_stop_is_not_retired(running_run):
+    run = running_run()
+    transitions.request_cancel(run.id)
+    age_cancel(run, 31)
+    assert watchdog.sweep(stuck_s=5, grace_s=30, escalate_s=30).escalated == [run.id]
+    assert transitions.settle(run.id, status="cancelled", reason="cancelled", worker="w1")
+    age_escalation(run, 31)
+    assert watchdog.sweep(stuck_s=5, grace_s=30, escalate_s=30).retired == []
+    assert not RunEvent.objects.filter(run=run, kind="retired").exists()
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_the_escalation_tells_the_worker_to_stop_hard(running_run):
+    run = await database_sync_to_async(running_run)()
+    await database_sync_to_async(transitions.request_cancel)(run.id)
+    await database_sync_to_async(age_cancel)(run, 31)
+    layer = get_channel_layer()
+    channel = await layer.new_channel()
+    await layer.group_add(groups.control(run.id), channel)
+    report = await database_sync_to_async(watchdog.sweep)(stuck_s=5, grace_s=30, escalate_s=30)
+    assert report.escalated == [run.id]
+    message = await asyncio.wait_for(layer.receive(channel), 5)
+    assert (message["type"], message["hard"]) == ("run.cancel", True)
+
+
 def test_cancel_within_grace_is_not_flagged(running_run):
     run = running_run()
     transitions.request_cancel(run.id)
