@@ -154,6 +154,23 @@ class StepIn(Strict):
     cost: Money = Decimal(0)
 
 
+class DiscardIn(Strict):
+    index: Count = Field(description="the step that was in flight (the run's committed step count)")
+    text: str = Field("", description="what had streamed of it, kept on the timeline as interrupted text")
+    tool_calls: list[str] = Field(default_factory=list, max_length=500,
+                                  description="names of the tool calls abandoned (never their half-done results)")
+    tokens_in: Count = 0
+    tokens_out: Count = 0
+    cost: Money = Decimal(0)
+    estimated: bool = Field(False, description="true when the spend is your estimate (no usage came)")
+    reason: Literal["cancelled", "failed"] = "cancelled"
+
+
+class DiscardOut(Schema):
+    discarded: bool
+    index: int
+
+
 class StepOut(Schema):
     committed: bool
     index: int

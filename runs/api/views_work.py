@@ -15,6 +15,8 @@ from runs.api.idempotency import IdempotencyKey, idempotent
 from runs.api.schemas import (
     ERRORS,
     ConflictOut,
+    DiscardIn,
+    DiscardOut,
     HeartbeatOut,
     SettleIn,
     SettleOut,
@@ -72,6 +74,25 @@ def commit_step(request, run_id: str, payload: StepIn, response: HttpResponse, i
     status, body = idempotent(request, key.worker, compute)
     mark_replay(request, response)
     return Status(status, body)
+
+
+@router.post("/runs/{run_id}/discard", response={201: DiscardOut, 409: ConflictOut, **ERRORS},
+             summary="Record a discarded step")
+def discard(request, run_id: str, payload: DiscardIn):
+    """Record the step you threw away (after a cancel, or a failure), before you settle:
+    its interrupted text, the tool calls abandoned, and the tokens and cost it spent,
+    which count in the run's totals (the provider charged them) and show apart on the
+    timeline's `step_discarded` entry. 409 when this key does not hold the live run."""
+    key = request.auth
+    run = run_for(key, run_id, only=ACCESS_FIELDS)
+    event = transitions.record_discard(
+        run.pk, worker=key.worker, index=payload.index, text=payload.text, tool_calls=payload.tool_calls,
+        tokens_in=payload.tokens_in, tokens_out=payload.tokens_out, cost=payload.cost,
+        reason=payload.reason, estimated=payload.estimated,
+    )
+    if event is None:
+        return Status(409, conflict(run, key.worker))
+    return Status(201, {"discarded": True, "index": payload.index})
 
 
 @router.post("/runs/{run_id}/settle", response={200: SettleOut, 409: ConflictOut, **ERRORS}, summary="Settle")

@@ -28,12 +28,12 @@ from runs.transitions.escalation import escalate_cancel
 from runs.transitions.ending import force_cancel, reap_stale, request_cancel, safe_message, settle
 from runs.transitions.follow_up import consume_inputs, queue_input, retry
 from runs.transitions.lifecycle import claim, claim_next, create_run, heartbeat, resume, suspend
-from runs.transitions.steps import commit_step
+from runs.transitions.steps import commit_step, record_discard
 
 __all__ = [
     "ALLOWED_FROM", "CancelOutcome", "Heartbeat", "parse_id", "create_run", "claim", "claim_next",
     "heartbeat", "request_cancel", "force_cancel", "reap_stale", "suspend", "resume", "settle",
-    "safe_message", "retry", "queue_input", "consume_inputs", "commit_step", "escalate_cancel",
+    "safe_message", "retry", "queue_input", "consume_inputs", "commit_step", "record_discard", "escalate_cancel",
 ]
 
 # Async twins, for consumers and the engine.

@@ -55,3 +55,28 @@ def commit_step(run_id, *, worker, index, kind, text="", tool_calls=(), tokens_i
         )
         events.append(run_id, E.STEP_COMMITTED, actor=worker, index=index, kind=kind)
     return step
+
+
+def record_discard(run_id, *, worker, index, text="", tool_calls=(), tokens_in=0, tokens_out=0, cost=0,
+                   reason="cancelled", estimated=False):
+    """Record a step the holder threw away (a cancel, a failure): its interrupted text,
+    the tool calls it abandoned (names only: a half-done call is never kept) and what it
+    cost, which counts in the run's totals since the provider charged it. Returns the
+    `step_discarded` event, or None when `worker` does not hold the live run (nothing
+    written). Engine runs write the same entry in their settle's transaction."""
+    run_id = parse_id(run_id)
+    cost = Decimal(str(cost))
+    held = Run.objects.filter(pk=run_id, status__in=Run.LIVE, worker=worker)
+    with transaction.atomic():
+        if run_id is None or not held.update(
+            tokens_in=F("tokens_in") + tokens_in,
+            tokens_out=F("tokens_out") + tokens_out,
+            cost=F("cost") + cost,
+            heartbeat_at=Now(),
+        ):
+            return None
+        return events.append(
+            run_id, E.STEP_DISCARDED, actor=worker, index=index, text=text, interrupted=True, reason=reason,
+            tool_calls=list(tool_calls), tokens_in=tokens_in, tokens_out=tokens_out, cost=str(cost),
+            estimated=estimated,
+        )

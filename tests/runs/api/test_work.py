@@ -140,3 +140,29 @@ def test_a_committed_step_counts_as_a_heartbeat_so_a_busy_agent_is_not_reaped(ag
     assert agent[1].post(f"/runs/{run_id}/steps", STEP).status_code == 201
     assert transitions.reap_stale(older_than=timedelta(minutes=1)) == []
     assert Run.objects.get(pk=run_id).status == "running"
+
+
+def test_a_discarded_step_is_recorded_with_its_spend_in_the_totals(agent, held_run):
+    run_id = held_run()
+    _, client = agent
+    assert client.post(f"/runs/{run_id}/steps", STEP).status_code == 201
+    transitions.request_cancel(run_id, by="alice")
+    body = {"index": 1, "text": "half a thou", "tool_calls": ["search"], "tokens_in": 30, "tokens_out": 4,
+            "cost": "0.5", "estimated": True}
+    response = client.post(f"/runs/{run_id}/discard", body)
+    assert response.status_code == 201 and response.json() == {"discarded": True, "index": 1}
+    run = Run.objects.get(pk=run_id)
+    assert (run.tokens_in, run.tokens_out, str(run.cost), run.steps) == (35, 11, "0.750000", 1)
+    event = RunEvent.objects.get(run_id=run_id, kind="step_discarded")
+    assert event.data["text"] == "half a thou" and event.data["tool_calls"] == ["search"]
+    assert (event.data["tokens_out"], event.data["cost"], event.data["estimated"]) == (4, "0.5", True)
+    assert client.post(f"/runs/{run_id}/settle", {"status": "cancelled", "reason": "cancelled"}).status_code == 200
+
+
+def test_a_discard_on_a_run_that_ended_changes_nothing(agent, held_run):
+    run_id = held_run()
+    transitions.force_cancel(run_id, by="alice")
+    response = agent[1].post(f"/runs/{run_id}/discard", {"index": 0, "tokens_out": 9})
+    assert response.status_code == 409 and error_code(response) == "run_ended"
+    assert Run.objects.get(pk=run_id).tokens_out == 0
+    assert not RunEvent.objects.filter(run_id=run_id, kind="step_discarded").exists()
