@@ -31,6 +31,7 @@ def _authorize(authorization, run_id):
 
 class AgentControlConsumer(AsyncWebsocketConsumer):
     cancel_sent = False
+    hard_sent = False
     group = None
     counted = False
 
@@ -75,7 +76,14 @@ class AgentControlConsumer(AsyncWebsocketConsumer):
             await self.send(json.dumps({"type": "pong"}))
 
     async def run_cancel(self, message):
-        """From `runs.broadcast`: a cancel request or a retire of this run."""
+        """From `runs.broadcast`: a cancel request or a retire of this run, or the
+        watchdog's escalation of a cancel not honoured (`hard`: stop now)."""
+        if message.get("hard"):
+            if not self.hard_sent:  # an escalation, not a second cancel: once too
+                self.hard_sent = self.cancel_sent = True
+                await self.send(json.dumps({"type": "cancel", "hard": True, "source": "watchdog",
+                                            "note": "cancel not honoured: stop now"}))
+            return
         await self._send_cancel(message.get("source", ""), message.get("note", ""))
 
     async def _send_cancel(self, source, note):

@@ -95,6 +95,20 @@ async def test_websocket_delivers_a_cancel_the_moment_it_is_requested():
     await socket.disconnect()
 
 
+async def test_websocket_delivers_the_escalation_of_an_ignored_cancel_as_a_hard_stop():
+    _, token, run_id = await held()
+    socket = communicator(run_id, token)
+    await socket.connect()
+    assert (await socket.receive_json_from())["type"] == "ready"
+    await database_sync_to_async(transitions.request_cancel)(run_id, by="alice", source="user")
+    assert (await socket.receive_json_from(timeout=2)).get("hard") is None
+    assert await database_sync_to_async(transitions.escalate_cancel)(run_id)
+    assert await socket.receive_json_from(timeout=2) == {
+        "type": "cancel", "hard": True, "source": "watchdog", "note": "cancel not honoured: stop now",
+    }
+    await socket.disconnect()
+
+
 async def test_websocket_sends_a_cancel_that_was_pending_before_it_connected():
     _, token, run_id = await held()
     await database_sync_to_async(transitions.request_cancel)(run_id, by="alice", source="cli")
