@@ -1,0 +1,262 @@
+"""The production layout of deploy/, run for real: the units' own command lines as
+subprocesses, the environment from deploy/runwarden.env.example, nginx from the rendered
+site file, pgbouncer from an ini of its own. Nothing here is a stand-in for them.
+
+Every process logs to a file under the test's tmp folder (named in each failure) and is
+stopped with SIGTERM at teardown, as systemd would.
+"""
+
+import os
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+from tests.browser.conftest import CHROMIUM_ARGS
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+UNITS = DEPLOY / "systemd"
+ENV_EXAMPLE = DEPLOY / "runwarden.env.example"
+# Where the units expect the checkout and its venv; the tests map them onto this checkout.
+PROD_ROOT = "/opt/runwarden"
+PROD_BIN = PROD_ROOT + "/.venv/bin/"
+VENV_BIN = Path(sys.executable).parent
+NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
+PGBOUNCER = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
+
+
+def missing(program, package, *, required):
+    """Skip loudly when a Debian package is not installed, or fail when it must be."""
+    message = f"{program} is missing (apt-get install -y {package})"
+    if required:
+        pytest.fail(f"{message}, and CI requires it", pytrace=False)
+    pytest.skip(f"!!! SKIPPING: {message}")
+
+
+def require_postgres(required):
+    if connection.vendor != "postgresql":
+        message = "needs PostgreSQL (several processes share the test database): set DATABASE_URL"
+        if required:
+            pytest.fail(message, pytrace=False)
+        pytest.skip(f"!!! SKIPPING: {message}")
+
+
+def subprocess_database_url():
+    """The test database, as the subprocesses reach it (see tests/runs/agent/test_e2e_worker.py)."""
+    db = connection.settings_dict
+    return f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+def free_port():
+    """A loopback port the OS just handed out (for programs that cannot listen on 0 and
+    say where they are: nginx, pgbouncer)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+# --- the units and the environment file ---------------------------------------------------
+
+def read_env_file(path=ENV_EXAMPLE):
+    """KEY=VALUE lines as systemd's EnvironmentFile= reads them (comments and blanks skipped)."""
+    values = {}
+    for line in Path(path).read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            values[key.strip()] = value.strip()
+    return values
+
+
+def unit_values(unit, key):
+    """Every value of `key=` in a unit file, in order (ExecStart= may repeat)."""
+    return [line.split("=", 1)[1] for line in (UNITS / unit).read_text().splitlines() if line.startswith(key + "=")]
+
+
+def unit_commands(unit, key="ExecStart", *, instance="", env=None):
+    """A unit's command lines, expanded as systemd would (%i, %H, ${VAR} from the
+    environment file) and pointed at this checkout's venv instead of /opt/runwarden."""
+    env = env or {}
+    (workdir,) = unit_values(unit, "WorkingDirectory")
+    assert workdir == PROD_ROOT, f"{unit}: WorkingDirectory={workdir}"
+
+    def word(text):
+        text = text.replace("%i", instance).replace("%H", socket.gethostname())
+        text = re.sub(r"\$\{(\w+)\}", lambda m: env[m.group(1)], text)
+        return str(VENV_BIN / text[len(PROD_BIN):]) if text.startswith(PROD_BIN) else text
+
+    return [[word(w) for w in shlex.split(line)] for line in unit_values(unit, key)]
+
+
+def unit_environment(**overrides):
+    """A clean environment as systemd gives a unit: Environment= lines, then the example
+    EnvironmentFile, then what this machine's test needs instead (database, Redis, paths)."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
+    for assignment in unit_values("runwarden-web@.service", "Environment"):
+        key, _, value = assignment.partition("=")
+        env[key] = value
+    env.update(read_env_file())
+    env.update(overrides)
+    return env
+
+
+# --- processes ------------------------------------------------------------------------------
+
+class Service:
+    """A subprocess whose output (stdout and stderr) is collected line by line, so a test
+    waits for what it prints instead of sleeping."""
+
+    def __init__(self, name, argv, *, env, log_dir, cwd=ROOT):
+        self.name, self.argv = name, argv
+        self.log_path = Path(log_dir) / f"{name}.log"
+        self.lines, self.changed, self.signalled = [], threading.Condition(), False
+        self.proc = subprocess.Popen(
+            argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True, errors="replace",
+        )
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        with self.log_path.open("w") as log:
+            for line in self.proc.stdout:
+                log.write(line)
+                log.flush()
+                with self.changed:
+                    self.lines.append(line)
+                    self.changed.notify_all()
+        self.proc.wait()
+        with self.changed:
+            self.changed.notify_all()
+
+    def output(self):
+        with self.changed:
+            return "".join(self.lines)
+
+    def wait_for(self, pattern, timeout=60):
+        """The first match of `pattern` in the output; fails if the process exits first."""
+        regex = re.compile(pattern)
+
+        def found():
+            return regex.search("".join(self.lines)) or self.proc.poll() is not None
+
+        with self.changed:
+            self.changed.wait_for(found, timeout)
+            match = regex.search("".join(self.lines))
+        assert match, f"{self.name} never printed {pattern!r} (exit {self.proc.poll()}); log {self.log_path}:\n{self.tail()}"
+        return match
+
+    def tail(self, lines=40):
+        return "".join(self.lines[-lines:])
+
+    def terminate(self):
+        # Once: a second SIGTERM could land after the process restored the default
+        # handler on its way out (asyncio.run does), and kill it mid-exit.
+        if self.proc.poll() is None and not self.signalled:
+            self.signalled = True
+            self.proc.send_signal(signal.SIGTERM)
+
+    def stop(self, timeout=30):
+        """SIGTERM, as systemd stops a unit; the exit status (killed after `timeout`)."""
+        self.terminate()
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.reader.join(5)
+        return self.proc.returncode
+
+
+def stop_all(services, timeout=30):
+    """SIGTERM to every service at once, then their exit statuses by name."""
+    for service in services:
+        service.terminate()
+    return {service.name: service.stop(timeout) for service in services}
+
+
+def run_to_completion(commands, *, env, log_dir, timeout=120):
+    """Oneshot commands [(name, argv)] (ExecStartPre, runwarden-prepare), run side by
+    side: each must exit 0."""
+    services = [Service(name, argv, env=env, log_dir=log_dir) for name, argv in commands]
+    for service in services:
+        try:
+            service.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            service.stop()
+        service.reader.join(5)
+        code = service.proc.returncode
+        assert code == 0, f"{shlex.join(service.argv)} exited {code}; log {service.log_path}:\n{service.tail()}"
+    return services
+
+
+# --- nginx ----------------------------------------------------------------------------------
+
+NGINX_MAIN = """\
+# Test scaffolding only: what Debian's /etc/nginx/nginx.conf provides, with every path
+# under this folder. The site files included below are deploy/render_nginx.py's output.
+worker_processes 1;
+pid {dir}/nginx.pid;
+error_log stderr notice;
+events {{ worker_connections 256; }}
+http {{
+    access_log {dir}/access.log;
+    client_body_temp_path {dir}/client_body;
+    proxy_temp_path {dir}/proxy;
+    fastcgi_temp_path {dir}/fastcgi;
+    uwsgi_temp_path {dir}/uwsgi;
+    scgi_temp_path {dir}/scgi;
+{includes}
+}}
+"""
+
+
+def start_nginx(sites, *, log_dir, attempts=3):
+    """nginx serving `sites` ({name: [upstream address, ...]}), each rendered from the one
+    template on a port of its own; returns (Service, {name: port}, prefix folder)."""
+    sys.path.insert(0, str(DEPLOY))
+    try:
+        from render_nginx import render
+    finally:
+        sys.path.remove(str(DEPLOY))
+    # Its workers run as `nobody` when the master is root: the prefix must be reachable.
+    prefix = Path(tempfile.mkdtemp(prefix="runwarden-nginx-"))
+    prefix.chmod(0o755)
+    for attempt in range(attempts):
+        ports = {name: free_port() for name in sites}
+        includes = []
+        for name, upstreams in sites.items():
+            site = prefix / f"site-{name}.conf"
+            site.write_text(render(listen=f"127.0.0.1:{ports[name]}", upstreams=upstreams,
+                                   upstream=f"runwarden_{name}", server_name="_"))
+            includes.append(f"    include {site};")
+        conf = prefix / "nginx.conf"
+        conf.write_text(NGINX_MAIN.format(dir=prefix, includes="\n".join(includes)))
+        check = subprocess.run([NGINX, "-t", "-p", str(prefix), "-c", str(conf)], capture_output=True, text=True)
+        assert check.returncode == 0, f"nginx -t refused the rendered configuration:\n{check.stderr}"
+        service = Service(f"nginx-{attempt}", [NGINX, "-p", str(prefix), "-c", str(conf), "-g", "daemon off;"],
+                          env={"PATH": os.environ.get("PATH", "")}, log_dir=log_dir)
+        match = service.wait_for(r"start worker process \d+|Address already in use|\[emerg\]", timeout=30)
+        if "start worker process" in match.group(0):
+            return service, ports, prefix
+        service.stop()
+        if "Address already in use" not in match.group(0) or attempt == attempts - 1:
+            raise AssertionError(f"nginx did not start:\n{service.tail()}")
+    raise AssertionError("unreachable")
+
+
+@pytest.fixture(scope="session")
+def browser_type_launch_args(browser_type_launch_args):
+    from tests.browser.conftest import CHROMIUM
+
+    return {**browser_type_launch_args, "executable_path": CHROMIUM, "args": CHROMIUM_ARGS}

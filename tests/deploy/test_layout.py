@@ -1,0 +1,239 @@
+"""deploy/ as an operator runs it: nginx + 2 daphne servers + 2 `run_agents` workers + the
+watchdog, on PostgreSQL + Redis, DEBUG=0, every command line taken from the systemd
+units and every setting from deploy/runwarden.env.example (only the database, Redis,
+paths and secret are this machine's). Then Chromium, through nginx only.
+
+nginx serves the one rendered site file three times: the load-balanced entry (both
+servers) and one entry pinned to each server, so the test knows which server a page (and
+its WebSocket) came from; each server's access log confirms it. Runs in the browser pass
+(it drives Chromium), on that pass's database, which is PostgreSQL when it is reachable.
+"""
+
+import gzip
+import http.client
+import json
+import os
+import re
+import threading
+from pathlib import Path
+
+import pytest
+from channels.layers import channel_layers
+from django.conf import settings
+from playwright.sync_api import expect
+
+from runs import transitions
+from runs.api.auth import create_key
+from runs.models import Run, RunEvent
+from tests.browser.conftest import CHROMIUM
+from tests.browser.test_dashboard import assert_not_reloaded, log_in, make_user, mark_page, wait_live
+from tests.deploy.conftest import (
+    NGINX,
+    Service,
+    missing,
+    require_postgres,
+    run_to_completion,
+    stop_all,
+    start_nginx,
+    subprocess_database_url,
+    unit_commands,
+    unit_environment,
+)
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+REQUIRE_BROWSER = os.environ.get("REQUIRE_BROWSER", "0") == "1"
+REQUIRE_POSTGRES = os.environ.get("REQUIRE_POSTGRES", "0") == "1"
+LISTENING = r"Listening on TCP address 127\.0\.0\.1:(\d+)"
+
+
+class Stack:
+    def __init__(self, ports, servers, static_root):
+        self.static_root = static_root
+        self.main, self.a, self.b = (f"http://127.0.0.1:{ports[name]}" for name in ("main", "a", "b"))
+        self.ports = ports
+        self.servers = servers  # {"a": (Service, port), "b": ...}
+
+
+@pytest.fixture(scope="module")
+def stack(django_db_setup, django_db_blocker, tmp_path_factory):
+    if not Path(CHROMIUM).exists():
+        missing(CHROMIUM, "chromium", required=REQUIRE_BROWSER)
+    if not Path(NGINX).exists():
+        missing("nginx", "nginx", required=REQUIRE_BROWSER)
+    require_postgres(REQUIRE_POSTGRES or REQUIRE_BROWSER)
+    if not settings.REDIS_URL:
+        pytest.fail("needs Redis (REDIS_URL)") if REQUIRE_POSTGRES else pytest.skip("!!! SKIPPING: needs REDIS_URL")
+
+    logs = tmp_path_factory.mktemp("deploy")
+    prefix = f"{os.environ.get('RUNWARDEN_CHANNEL_PREFIX', 'rwtest')}_deploy"
+    env = unit_environment(
+        DATABASE_URL=subprocess_database_url(), REDIS_URL=settings.REDIS_URL, SECRET_KEY="deploy-test-" + "k" * 40,
+        ALLOWED_HOSTS="127.0.0.1", RUNWARDEN_CHANNEL_PREFIX=prefix, STATIC_ROOT=str(logs / "static"),
+        RUNWARDEN_WORKSPACE=str(logs / "workspace"),
+    )
+    # This process creates runs and cancels nothing itself, but its broadcasts (run
+    # created) must reach the same servers: the same layer and prefix as theirs.
+    saved_layers = settings.CHANNEL_LAYERS
+    settings.CHANNEL_LAYERS = {"default": {**saved_layers["default"], "CONFIG": {
+        **saved_layers["default"]["CONFIG"], "prefix": prefix}}}
+    channel_layers.backends.clear()
+
+    services = []
+    try:
+        # runwarden-prepare (collectstatic into an empty STATIC_ROOT, migrate) and the
+        # instances' ExecStartPre (`migrate --check`), at once: pytest-django has migrated
+        # the test database already, so the order systemd keeps changes nothing here.
+        oneshots = [c for c in unit_commands("runwarden-prepare.service", env=env)]
+        oneshots += sorted({tuple(c) for u in ("runwarden-web@.service", "runwarden-worker@.service")
+                            for c in unit_commands(u, "ExecStartPre", instance="0", env=env)})
+        run_to_completion([(f"oneshot-{i}", list(argv)) for i, argv in enumerate(oneshots)], env=env, log_dir=logs)
+        assert (logs / "static" / "staticfiles.json").exists()
+
+        # Instance "0": daphne takes a port from the OS and prints it.
+        for name in ("a", "b"):
+            (argv,) = unit_commands("runwarden-web@.service", instance="0", env=env)
+            services.append(Service(f"web-{name}", argv, env=env, log_dir=logs))
+        for name in ("1", "2"):
+            (argv,) = unit_commands("runwarden-worker@.service", instance=name, env=env)
+            services.append(Service(f"worker-{name}", argv, env=env, log_dir=logs))
+        (argv,) = unit_commands("runwarden-watchdog.service", env=env)
+        services.append(Service("watchdog", argv, env=env, log_dir=logs))
+
+        web_a, web_b, worker_1, worker_2, watchdog = services
+        port_a = int(web_a.wait_for(LISTENING).group(1))
+        port_b = int(web_b.wait_for(LISTENING).group(1))
+        worker_1.wait_for(r"worker \S+ ready")
+        worker_2.wait_for(r"worker \S+ ready")
+        watchdog.wait_for(r"sweeping every")
+
+        upstream_a, upstream_b = f"127.0.0.1:{port_a}", f"127.0.0.1:{port_b}"
+        nginx, ports, nginx_dir = start_nginx(
+            {"main": [upstream_a, upstream_b], "a": [upstream_a], "b": [upstream_b]}, log_dir=logs
+        )
+        services.append(nginx)
+        yield Stack(ports, {"a": (web_a, port_a), "b": (web_b, port_b)}, env["STATIC_ROOT"])
+    finally:
+        exits = stop_all(services)
+        settings.CHANNEL_LAYERS = saved_layers
+        channel_layers.backends.clear()
+    # What systemd's stop does: SIGTERM, and every process ends cleanly on its own.
+    assert all(code == 0 for code in exits.values()), f"exit statuses after SIGTERM: {exits}; logs in {logs}"
+
+
+def story(words):
+    return " ".join(f"word{i}" for i in range(words))
+
+
+class LongPoll(threading.Thread):
+    """An external agent on the control channel's long-poll, through the proxy."""
+
+    def __init__(self, base, run_id, token, wait):
+        super().__init__(daemon=True)
+        self.base, self.path, self.token = base, f"/api/v1/runs/{run_id}/control?wait={wait}", token
+        self.status = self.error = None
+
+    def run(self):
+        host, port = self.base.removeprefix("http://").split(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=120)
+        try:
+            conn.request("GET", self.path, headers={"Authorization": f"Bearer {self.token}"})
+            self.status = conn.getresponse().status
+        except OSError as error:
+            self.error = error
+        finally:
+            conn.close()
+
+
+def request(base, method, path, body=b"", headers=None):
+    host, port = base.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        response = conn.getresponse()
+        return response.status, dict(response.getheaders()), response.read()
+    finally:
+        conn.close()
+
+
+def test_stream_on_one_server_abort_from_the_other_through_nginx(page, context, stack):
+    # Meanwhile an external agent waits 30 s on its control long-poll through the proxy:
+    # a quiet wait ends 204, not in a proxy timeout (504) or a dropped connection.
+    record, token = create_key("deploy-agent", "agent")
+    external = transitions.create_run(agent="external-bot", title="an agent elsewhere")
+    assert transitions.claim(external.id, worker=record.worker)
+    poll = LongPoll(stack.main, external.id, token, wait=30)
+    poll.start()
+
+    make_user("op", "view_run", "cancel_run")
+    run = transitions.create_run(agent="scripted", title="a long story",
+                                 input={"script": [{"say": story(1000), "token_delay_ms": 40}]})
+    log_in(page, stack.main, "op")  # the load-balanced entry; the session cookie is per host
+
+    page.goto(f"{stack.a}/runs/{run.id}/")  # served by server A, WebSocket included
+    wait_live(page)
+    mark_page(page)
+    text = page.get_by_test_id("inflight-text")
+    expect(text).to_contain_text("word0 word1 word2")
+    expect(text).to_contain_text("word12 ")  # it grows in place: streamed, not reloaded
+    streamed = len(text.inner_text())
+
+    other = context.new_page()
+    other.goto(f"{stack.b}/runs/{run.id}/")  # served by server B
+    wait_live(other)
+    other.get_by_test_id("abort-button").click()
+    other.locator("#abort-dialog input[name=note]").fill("from server B")
+    other.get_by_test_id("confirm-abort").click()
+
+    # The worker (either one) hears the cancel, stops, settles; server A tells its page.
+    expect(page.get_by_test_id("run-status")).to_have_text("cancelled")
+    expect(page.locator("#timeline")).to_contain_text("from server B")
+    assert_not_reloaded(page)
+    row = Run.objects.get(pk=run.pk)
+    assert (row.status, row.termination_reason, row.cancel_note) == ("cancelled", "cancelled", "from server B")
+    assert row.worker and RunEvent.objects.filter(run=row, kind="step_discarded").exists()
+    assert streamed < len(story(1000))  # it was cut short, mid-stream
+
+    # Each server's own access log: A served the page and its WebSocket, B the abort.
+    web_a, web_b = stack.servers["a"][0], stack.servers["b"][0]
+    page_line = re.compile(rf'"GET /runs/{run.id}/" 200')
+    socket_line = re.compile(rf'"WSCONNECT /ws/runs/{run.id}/"')
+    abort_line = re.compile(rf'"POST /runs/{run.id}/cancel" 202')
+    assert page_line.search(web_a.output()) and socket_line.search(web_a.output()), web_a.tail()
+    assert abort_line.search(web_b.output()) and not abort_line.search(web_a.output()), web_b.tail()
+
+    poll.join(60)
+    assert (poll.status, poll.error) == (204, None), "the 30 s long-poll did not survive the proxy"
+
+
+def test_an_oversized_body_is_refused_by_nginx_with_413(stack):
+    web_a, web_b = (stack.servers[name][0] for name in ("a", "b"))
+    seen = len(web_a.output()), len(web_b.output())
+    body = b"x" * (3 * 1024 * 1024)
+    status, headers, text = request(stack.main, "POST", "/accounts/login/", body,
+                                    {"Content-Type": "application/x-www-form-urlencoded"})
+    assert status == 413 and b"nginx" in text, (status, text[:200])
+    # Not one daphne process saw it.
+    assert "/accounts/login/" not in web_a.output()[seen[0]:] + web_b.output()[seen[1]:]
+
+
+def test_metrics_is_not_served_through_the_proxy_but_on_each_servers_own_port(stack):
+    for path in ("/metrics", "/metrics?x=1", "/%6Detrics", "//metrics"):
+        status, _, text = request(stack.main, "GET", path, headers={"X-Forwarded-For": "127.0.0.1"})
+        assert status == 404 and b"nginx" in text, (path, status)
+    for _, port in stack.servers.values():  # what Prometheus scrapes, from this machine
+        status, _, text = request(f"http://127.0.0.1:{port}", "GET", "/metrics")
+        assert status == 200 and b"runwarden_" in text, (port, status, text[:200])
+    # daphne --proxy-headers (the unit's flag): the address nginx forwards is the one the
+    # application judges, so a request the proxy let through would be refused there too.
+    _, port = stack.servers["a"]
+    status, _, _ = request(f"http://127.0.0.1:{port}", "GET", "/metrics", headers={"X-Forwarded-For": "203.0.113.9"})
+    assert status == 403
+
+
+def test_static_files_pass_through_the_proxy_precompressed(stack):
+    manifest = json.loads((Path(stack.static_root) / "staticfiles.json").read_text())
+    hashed = manifest["paths"]["dashboard/live.js"]
+    status, headers, body = request(stack.main, "GET", f"/static/{hashed}", headers={"Accept-Encoding": "gzip"})
+    assert status == 200 and headers.get("Content-Encoding") == "gzip", (status, headers)
+    assert gzip.decompress(body) == (Path(stack.static_root) / hashed).read_bytes()
+    assert "immutable" in headers.get("Cache-Control", "")
