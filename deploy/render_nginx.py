@@ -16,8 +16,9 @@ from pathlib import Path
 
 TEMPLATE = Path(__file__).resolve().parent / "nginx" / "runwarden.conf.template"
 PLACEHOLDER = re.compile(r"\$\{([A-Z][A-Z0-9_]*)\}")
-UPSTREAM_ADDRESS = re.compile(r"^(unix:/\S+|[\w.-]+:\d{1,5}|\[[0-9a-fA-F:]+\]:\d{1,5})$")
-NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+UPSTREAM_ADDRESS = re.compile(r"unix:/[^\s;{}]+|[\w.-]+:\d{1,5}|\[[0-9a-fA-F:]+\]:\d{1,5}")
+NAME = re.compile(r"[a-z][a-z0-9_]*")
+WORDS = re.compile(r"[^;{}\s]+( [^;{}\s]+)*")  # one directive's arguments, nothing that ends it
 
 
 def render(*, listen, upstreams, server_name="_", upstream="runwarden", template=TEMPLATE):
@@ -25,12 +26,14 @@ def render(*, listen, upstreams, server_name="_", upstream="runwarden", template
     if not upstreams:
         raise ValueError("at least one --upstream is needed")
     for address in upstreams:
-        if not UPSTREAM_ADDRESS.match(address):
+        if not UPSTREAM_ADDRESS.fullmatch(address):
             raise ValueError(f"--upstream {address!r} is not HOST:PORT or unix:/PATH")
-    if not NAME.match(upstream):
+    if not NAME.fullmatch(upstream):
         raise ValueError(f"--upstream-name {upstream!r} must be lowercase letters, digits and _")
-    if not str(listen).strip() or ";" in str(listen):
+    if not WORDS.fullmatch(str(listen)):
         raise ValueError(f"--listen {listen!r} is not a port or ADDRESS:PORT")
+    if not WORDS.fullmatch(server_name):
+        raise ValueError(f"--server-name {server_name!r} is not a list of names")
     values = {
         "LISTEN": str(listen),
         "SERVER_NAME": server_name,

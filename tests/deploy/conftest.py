@@ -260,3 +260,50 @@ def browser_type_launch_args(browser_type_launch_args):
     from tests.browser.conftest import CHROMIUM
 
     return {**browser_type_launch_args, "executable_path": CHROMIUM, "args": CHROMIUM_ARGS}
+
+
+# --- pgbouncer ------------------------------------------------------------------------------
+
+PGBOUNCER_INI = """\
+[databases]
+{name} = host={host} port={port} dbname={name}
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = {listen}
+unix_socket_dir =
+auth_type = trust
+auth_file = {dir}/userlist.txt
+admin_users = {user}
+pool_mode = transaction
+; Fewer server connections than clients: transactions really are multiplexed.
+default_pool_size = {pool}
+max_client_conn = 200
+"""
+
+
+def start_pgbouncer(*, log_dir, pool_size=4, attempts=3):
+    """Debian's pgbouncer in front of the test database, transaction pooling; returns
+    (Service, port). It refuses to run as root, so then it runs as `nobody`."""
+    db = connection.settings_dict
+    folder = Path(tempfile.mkdtemp(prefix="runwarden-pgbouncer-"))
+    folder.chmod(0o755)  # readable by `nobody`
+    users = folder / "userlist.txt"
+    users.write_text(f'"{db["USER"]}" ""\n')
+    users.chmod(0o644)
+    as_user = ["-u", "nobody"] if os.geteuid() == 0 else []
+    for attempt in range(attempts):
+        port = free_port()
+        ini = folder / "pgbouncer.ini"
+        ini.write_text(PGBOUNCER_INI.format(name=db["NAME"], host=db["HOST"] or "127.0.0.1", port=db["PORT"] or 5432,
+                                            listen=port, dir=folder, user=db["USER"], pool=pool_size))
+        ini.chmod(0o644)
+        service = Service(f"pgbouncer-{attempt}", [PGBOUNCER, *as_user, str(ini)],
+                          env={"PATH": os.environ.get("PATH", "")}, log_dir=log_dir)
+        match = service.wait_for(r"process up|Address already in use|FATAL|ERROR", timeout=30)
+        if "process up" in match.group(0):
+            return service, port
+        service.stop()
+        if "Address already in use" not in match.group(0) or attempt == attempts - 1:
+            raise AssertionError(f"pgbouncer did not start:\n{service.tail()}")
+    raise AssertionError("unreachable")
