@@ -237,3 +237,9 @@ def test_static_files_pass_through_the_proxy_precompressed(stack):
     assert status == 200 and headers.get("Content-Encoding") == "gzip", (status, headers)
     assert gzip.decompress(body) == (Path(stack.static_root) / hashed).read_bytes()
     assert "immutable" in headers.get("Cache-Control", "")
+
+
+def test_each_server_answers_healthz_on_its_own_port_and_through_the_proxy(stack):
+    for base in [f"http://127.0.0.1:{port}" for _, port in stack.servers.values()] + [stack.main]:
+        status, headers, body = request(base, "GET", "/healthz")
+        assert (status, body) == (200, b"ok\n"), base
