@@ -119,7 +119,7 @@ class Service:
     def __init__(self, name, argv, *, env, log_dir, cwd=ROOT):
         self.name, self.argv = name, argv
         self.log_path = Path(log_dir) / f"{name}.log"
-        self.lines, self.changed, self.signalled = [], threading.Condition(), False
+        self.lines, self.changed, self.signalled, self.finished = [], threading.Condition(), False, False
         self.proc = subprocess.Popen(
             argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, text=True, errors="replace",
@@ -137,24 +137,34 @@ class Service:
                     self.changed.notify_all()
         self.proc.wait()
         with self.changed:
+            self.finished = True  # all of its output is in: no match will come any more
             self.changed.notify_all()
 
     def output(self):
         with self.changed:
             return "".join(self.lines)
 
-    def wait_for(self, pattern, timeout=60):
-        """The first match of `pattern` in the output; fails if the process exits first."""
+    def wait_for(self, pattern, timeout=60, count=1):
+        """The `count`th match of `pattern` in the output; fails if the process exits first."""
         regex = re.compile(pattern)
 
-        def found():
-            return regex.search("".join(self.lines)) or self.proc.poll() is not None
+        def matches():
+            return list(regex.finditer("".join(self.lines)))
 
         with self.changed:
-            self.changed.wait_for(found, timeout)
-            match = regex.search("".join(self.lines))
-        assert match, f"{self.name} never printed {pattern!r} (exit {self.proc.poll()}); log {self.log_path}:\n{self.tail()}"
-        return match
+            self.changed.wait_for(lambda: len(matches()) >= count or self.finished, timeout)
+            found = matches()
+        assert len(found) >= count, (
+            f"{self.name} never printed {pattern!r} ({count}x; exit {self.proc.poll()}); log {self.log_path}:\n{self.tail()}"
+        )
+        return found[count - 1]
+
+    def seen(self, pattern, timeout):
+        """Whether `pattern` is in the output within `timeout` seconds (no failure)."""
+        regex = re.compile(pattern)
+        with self.changed:
+            return self.changed.wait_for(lambda: regex.search("".join(self.lines)) or self.finished, timeout) \
+                and bool(regex.search("".join(self.lines)))
 
     def tail(self, lines=40):
         return "".join(self.lines[-lines:])
@@ -221,38 +231,62 @@ http {{
 """
 
 
-def start_nginx(sites, *, log_dir, attempts=3):
-    """nginx serving `sites` ({name: [upstream address, ...]}), each rendered from the one
-    template on a port of its own; returns (Service, {name: port}, prefix folder)."""
-    sys.path.insert(0, str(DEPLOY))
-    try:
-        from render_nginx import render
-    finally:
-        sys.path.remove(str(DEPLOY))
-    # Its workers run as `nobody` when the master is root: the prefix must be reachable.
-    prefix = Path(tempfile.mkdtemp(prefix="runwarden-nginx-"))
-    prefix.chmod(0o755)
-    for attempt in range(attempts):
-        ports = {name: free_port() for name in sites}
+class Nginx:
+    """Debian's nginx in the foreground, every path under a folder of its own, serving
+    sites ({name: [upstream address, ...]}), each rendered from the one template
+    (deploy/render_nginx.py) on a port of its own that stays across reloads."""
+
+    def __init__(self, *, log_dir):
+        sys.path.insert(0, str(DEPLOY))
+        try:
+            from render_nginx import render
+        finally:
+            sys.path.remove(str(DEPLOY))
+        self.render, self.log_dir, self.ports, self.service = render, log_dir, {}, None
+        # Its workers run as `nobody` when the master is root: the prefix must be reachable.
+        self.prefix = Path(tempfile.mkdtemp(prefix="runwarden-nginx-"))
+        self.prefix.chmod(0o755)
+        self.conf = self.prefix / "nginx.conf"
+
+    def _write(self, sites):
         includes = []
         for name, upstreams in sites.items():
-            site = prefix / f"site-{name}.conf"
-            site.write_text(render(listen=f"127.0.0.1:{ports[name]}", upstreams=upstreams,
-                                   upstream=f"runwarden_{name}", server_name="_"))
+            self.ports.setdefault(name, free_port())
+            site = self.prefix / f"site-{name}.conf"
+            site.write_text(self.render(listen=f"127.0.0.1:{self.ports[name]}", upstreams=upstreams,
+                                        upstream=f"runwarden_{name}", server_name="_"))
             includes.append(f"    include {site};")
-        conf = prefix / "nginx.conf"
-        conf.write_text(NGINX_MAIN.format(dir=prefix, includes="\n".join(includes)))
-        check = subprocess.run([NGINX, "-t", "-p", str(prefix), "-c", str(conf)], capture_output=True, text=True)
+        self.conf.write_text(NGINX_MAIN.format(dir=self.prefix, includes="\n".join(includes)))
+        check = self._nginx("-t")
         assert check.returncode == 0, f"nginx -t refused the rendered configuration:\n{check.stderr}"
-        service = Service(f"nginx-{attempt}", [NGINX, "-p", str(prefix), "-c", str(conf), "-g", "daemon off;"],
-                          env={"PATH": os.environ.get("PATH", "")}, log_dir=log_dir)
-        match = service.wait_for(r"start worker process \d+|Address already in use|\[emerg\]", timeout=30)
-        if "start worker process" in match.group(0):
-            return service, ports, prefix
-        service.stop()
-        if "Address already in use" not in match.group(0) or attempt == attempts - 1:
-            raise AssertionError(f"nginx did not start:\n{service.tail()}")
-    raise AssertionError("unreachable")
+
+    def _nginx(self, *args):
+        return subprocess.run([NGINX, "-p", str(self.prefix), "-c", str(self.conf), *args],
+                              capture_output=True, text=True, timeout=30)
+
+    def start(self, sites, attempts=3):
+        for attempt in range(attempts):
+            self.ports = {}
+            self._write(sites)
+            self.service = Service(f"nginx-{attempt}", [NGINX, "-p", str(self.prefix), "-c", str(self.conf),
+                                                        "-g", "daemon off;"],
+                                   env={"PATH": os.environ.get("PATH", "")}, log_dir=self.log_dir)
+            match = self.service.wait_for(r"start worker process \d+|Address already in use|\[emerg\]", timeout=30)
+            if "start worker process" in match.group(0):
+                return self.service
+            self.service.stop()
+            if "Address already in use" not in match.group(0) or attempt == attempts - 1:
+                raise AssertionError(f"nginx did not start:\n{self.service.tail()}")
+        raise AssertionError("unreachable")
+
+    def reload(self, sites):
+        """Re-render for new upstreams and `nginx -s reload`, as an operator does; returns
+        once new workers (with the new configuration) have started."""
+        started = len(re.findall(r"start worker process", self.service.output()))
+        self._write(sites)
+        result = self._nginx("-s", "reload")
+        assert result.returncode == 0, result.stderr
+        self.service.wait_for("start worker process", count=started + 1)
 
 
 @pytest.fixture(scope="session")

@@ -15,6 +15,7 @@ import json
 import os
 import re
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -27,14 +28,15 @@ from runs.api.auth import create_key
 from runs.models import Run, RunEvent
 from tests.browser.conftest import CHROMIUM
 from tests.browser.test_dashboard import assert_not_reloaded, log_in, make_user, mark_page, wait_live
+from tests.runs.agent.test_e2e_worker import wait_until
 from tests.deploy.conftest import (
     NGINX,
+    Nginx,
     Service,
     missing,
     require_postgres,
     run_to_completion,
     stop_all,
-    start_nginx,
     subprocess_database_url,
     unit_commands,
     unit_environment,
@@ -44,14 +46,66 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 REQUIRE_BROWSER = os.environ.get("REQUIRE_BROWSER", "0") == "1"
 REQUIRE_POSTGRES = os.environ.get("REQUIRE_POSTGRES", "0") == "1"
 LISTENING = r"Listening on TCP address 127\.0\.0\.1:(\d+)"
+SLOW = 15_000  # ms: what crosses processes (worker → Redis → server → page) on a loaded machine
 
 
 class Stack:
-    def __init__(self, ports, servers, static_root):
-        self.static_root = static_root
-        self.main, self.a, self.b = (f"http://127.0.0.1:{ports[name]}" for name in ("main", "a", "b"))
-        self.ports = ports
-        self.servers = servers  # {"a": (Service, port), "b": ...}
+    """The running layout: nginx, servers "a" and "b", two workers, the watchdog."""
+
+    def __init__(self, env, logs):
+        self.env, self.logs, self.servers, self.others, self.retired = env, logs, {}, [], []
+        self.nginx = Nginx(log_dir=logs)
+
+    def start(self):
+        # Instance "0": daphne takes a port from the OS and prints it.
+        for name in ("a", "b"):
+            self.servers[name] = (self._web(f"web-{name}"), None)
+        for name in ("1", "2"):
+            (argv,) = unit_commands("runwarden-worker@.service", instance=name, env=self.env)
+            self.others.append(Service(f"worker-{name}", argv, env=self.env, log_dir=self.logs))
+        (argv,) = unit_commands("runwarden-watchdog.service", env=self.env)
+        self.others.append(Service("watchdog", argv, env=self.env, log_dir=self.logs))
+        for name, (web, _) in self.servers.items():
+            self.servers[name] = (web, int(web.wait_for(LISTENING).group(1)))
+        for worker in self.others[:2]:
+            worker.wait_for(r"worker \S+ ready")
+        self.others[2].wait_for(r"sweeping every")
+        self.nginx.start(self.sites())
+        self.main, self.a, self.b = (f"http://127.0.0.1:{self.nginx.ports[n]}" for n in ("main", "a", "b"))
+
+    def _web(self, name):
+        (argv,) = unit_commands("runwarden-web@.service", instance="0", env=self.env)
+        return Service(name, argv, env=self.env, log_dir=self.logs)
+
+    def sites(self):
+        """The load-balanced entry (both servers) and one entry pinned to each."""
+        a, b = (f"127.0.0.1:{self.servers[n][1]}" for n in ("a", "b"))
+        return {"main": [a, b], "a": [a], "b": [b]}
+
+    def restart(self, name):
+        """A rolling restart of one server: SIGTERM (its exit status is returned), a new
+        instance, nginx re-rendered and reloaded with it."""
+        old, _ = self.servers[name]
+        code = old.stop()
+        self.retired.append(old)
+        web = self._web(f"web-{name}-{len(self.retired)}")
+        self.servers[name] = (web, int(web.wait_for(LISTENING).group(1)))
+        self.nginx.reload(self.sites())
+        return code
+
+    def which(self, pattern, timeout=15):
+        """The name of the server whose log shows `pattern` (its log lines can trail the
+        browser's view by a moment), else None."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for name, (web, _) in self.servers.items():
+                if web.seen(pattern, 0.05):
+                    return name
+        return None
+
+    def stop(self):
+        services = [self.nginx.service, *[web for web, _ in self.servers.values()], *self.others, *self.retired]
+        return stop_all([s for s in services if s is not None])
 
 
 @pytest.fixture(scope="module")
@@ -71,14 +125,14 @@ def stack(django_db_setup, django_db_blocker, tmp_path_factory):
         ALLOWED_HOSTS="127.0.0.1", RUNWARDEN_CHANNEL_PREFIX=prefix, STATIC_ROOT=str(logs / "static"),
         RUNWARDEN_WORKSPACE=str(logs / "workspace"),
     )
-    # This process creates runs and cancels nothing itself, but its broadcasts (run
-    # created) must reach the same servers: the same layer and prefix as theirs.
+    # This process creates runs, and their broadcasts must reach the servers: the same
+    # layer and prefix as theirs.
     saved_layers = settings.CHANNEL_LAYERS
     settings.CHANNEL_LAYERS = {"default": {**saved_layers["default"], "CONFIG": {
         **saved_layers["default"]["CONFIG"], "prefix": prefix}}}
     channel_layers.backends.clear()
 
-    services = []
+    stack = Stack(env, logs)
     try:
         # runwarden-prepare (collectstatic into an empty STATIC_ROOT, migrate) and the
         # instances' ExecStartPre (`migrate --check`), at once: pytest-django has migrated
@@ -88,32 +142,10 @@ def stack(django_db_setup, django_db_blocker, tmp_path_factory):
                             for c in unit_commands(u, "ExecStartPre", instance="0", env=env)})
         run_to_completion([(f"oneshot-{i}", list(argv)) for i, argv in enumerate(oneshots)], env=env, log_dir=logs)
         assert (logs / "static" / "staticfiles.json").exists()
-
-        # Instance "0": daphne takes a port from the OS and prints it.
-        for name in ("a", "b"):
-            (argv,) = unit_commands("runwarden-web@.service", instance="0", env=env)
-            services.append(Service(f"web-{name}", argv, env=env, log_dir=logs))
-        for name in ("1", "2"):
-            (argv,) = unit_commands("runwarden-worker@.service", instance=name, env=env)
-            services.append(Service(f"worker-{name}", argv, env=env, log_dir=logs))
-        (argv,) = unit_commands("runwarden-watchdog.service", env=env)
-        services.append(Service("watchdog", argv, env=env, log_dir=logs))
-
-        web_a, web_b, worker_1, worker_2, watchdog = services
-        port_a = int(web_a.wait_for(LISTENING).group(1))
-        port_b = int(web_b.wait_for(LISTENING).group(1))
-        worker_1.wait_for(r"worker \S+ ready")
-        worker_2.wait_for(r"worker \S+ ready")
-        watchdog.wait_for(r"sweeping every")
-
-        upstream_a, upstream_b = f"127.0.0.1:{port_a}", f"127.0.0.1:{port_b}"
-        nginx, ports, nginx_dir = start_nginx(
-            {"main": [upstream_a, upstream_b], "a": [upstream_a], "b": [upstream_b]}, log_dir=logs
-        )
-        services.append(nginx)
-        yield Stack(ports, {"a": (web_a, port_a), "b": (web_b, port_b)}, env["STATIC_ROOT"])
+        stack.start()
+        yield stack
     finally:
-        exits = stop_all(services)
+        exits = stack.stop()
         settings.CHANNEL_LAYERS = saved_layers
         channel_layers.backends.clear()
     # What systemd's stop does: SIGTERM, and every process ends cleanly on its own.
@@ -173,8 +205,8 @@ def test_stream_on_one_server_abort_from_the_other_through_nginx(page, context, 
     wait_live(page)
     mark_page(page)
     text = page.get_by_test_id("inflight-text")
-    expect(text).to_contain_text("word0 word1 word2")
-    expect(text).to_contain_text("word12 ")  # it grows in place: streamed, not reloaded
+    expect(text).to_contain_text("word0 word1 word2", timeout=SLOW)
+    expect(text).to_contain_text("word12 ", timeout=SLOW)  # it grows in place: streamed, not reloaded
     streamed = len(text.inner_text())
 
     other = context.new_page()
@@ -185,8 +217,8 @@ def test_stream_on_one_server_abort_from_the_other_through_nginx(page, context, 
     other.get_by_test_id("confirm-abort").click()
 
     # The worker (either one) hears the cancel, stops, settles; server A tells its page.
-    expect(page.get_by_test_id("run-status")).to_have_text("cancelled")
-    expect(page.locator("#timeline")).to_contain_text("from server B")
+    expect(page.get_by_test_id("run-status")).to_have_text("cancelled", timeout=SLOW)
+    expect(page.locator("#timeline")).to_contain_text("from server B", timeout=SLOW)
     assert_not_reloaded(page)
     row = Run.objects.get(pk=run.pk)
     assert (row.status, row.termination_reason, row.cancel_note) == ("cancelled", "cancelled", "from server B")
@@ -231,11 +263,11 @@ def test_metrics_is_not_served_through_the_proxy_but_on_each_servers_own_port(st
 
 
 def test_static_files_pass_through_the_proxy_precompressed(stack):
-    manifest = json.loads((Path(stack.static_root) / "staticfiles.json").read_text())
+    manifest = json.loads((Path(stack.env["STATIC_ROOT"]) / "staticfiles.json").read_text())
     hashed = manifest["paths"]["dashboard/live.js"]
     status, headers, body = request(stack.main, "GET", f"/static/{hashed}", headers={"Accept-Encoding": "gzip"})
     assert status == 200 and headers.get("Content-Encoding") == "gzip", (status, headers)
-    assert gzip.decompress(body) == (Path(stack.static_root) / hashed).read_bytes()
+    assert gzip.decompress(body) == (Path(stack.env["STATIC_ROOT"]) / hashed).read_bytes()
     assert "immutable" in headers.get("Cache-Control", "")
 
 
@@ -243,3 +275,32 @@ def test_each_server_answers_healthz_on_its_own_port_and_through_the_proxy(stack
     for base in [f"http://127.0.0.1:{port}" for _, port in stack.servers.values()] + [stack.main]:
         status, headers, body = request(base, "GET", "/healthz")
         assert (status, body) == (200, b"ok\n"), base
+
+
+def test_a_rolling_restart_moves_viewers_to_the_other_server_with_no_gap(page, stack):
+    make_user("op", "view_run", "cancel_run")
+    run = transitions.create_run(agent="scripted", title="through a restart",
+                                 input={"script": [{"say": story(1000), "token_delay_ms": 40}]})
+    log_in(page, stack.main, "op")
+    page.goto(f"{stack.main}/runs/{run.id}/")  # the load-balanced entry
+    wait_live(page)
+    mark_page(page)
+    text = page.get_by_test_id("inflight-text")
+    expect(text).to_contain_text("word5 ", timeout=SLOW)
+
+    connected = rf'"WSCONNECT /ws/runs/{run.id}/"'
+    holder = stack.which(connected)
+    assert stack.restart(holder) == 0  # SIGTERM: daphne closes its sockets and exits cleanly
+    at_stop = len(text.inner_text().split())
+
+    # The page reconnects through nginx (to whichever server is up) and resyncs.
+    expect(text).to_contain_text(f"word{at_stop + 10} ", timeout=SLOW)
+    wait_live(page)
+    assert_not_reloaded(page)
+    words = text.inner_text().split()
+    assert words == [f"word{i}" for i in range(len(words))], "a gap or a duplicate after the reconnect"
+    assert stack.which(connected), "no server took the page over"
+
+    # Stop it now, or the workers' SIGTERM at teardown waits out their grace for it.
+    transitions.request_cancel(run.id, by="test", source="api", note="done")
+    wait_until(lambda: Run.objects.get(pk=run.pk).status == "cancelled", 30, "the run cancelled")
