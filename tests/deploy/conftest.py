@@ -313,6 +313,10 @@ pool_mode = transaction
 ; Fewer server connections than clients: transactions really are multiplexed.
 default_pool_size = {pool}
 max_client_conn = 200
+; Hand out server connections in turn (not the most recently used first): two
+; transactions of one client then land on different servers, as they do under load, so
+; session state that leaks between transactions fails here every time, not by luck.
+server_round_robin = 1
 """
 
 

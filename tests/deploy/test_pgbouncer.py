@@ -4,8 +4,10 @@ Debian's pgbouncer (pool_mode = transaction, 4 server connections) between the t
 database and two `run_agents` workers, a daphne server and the CLI, all started from the
 systemd units' command lines with DATABASE_URL pointing at pgbouncer and
 RUNWARDEN_PGBOUNCER=1. In transaction mode a client gets a server connection for one
-transaction only, so anything session-bound (SET, advisory locks, LISTEN, prepared
-statements, server-side cursors) would break here. PostgreSQL pass only.
+transaction only (handed out round-robin here), so anything session-bound (SET, advisory
+locks, LISTEN, prepared statements, server-side cursors) breaks here. Without
+RUNWARDEN_PGBOUNCER's server-side cursors off, the audit CSV export (`.iterator()`) does.
+PostgreSQL pass only.
 """
 
 import os
@@ -15,6 +17,8 @@ import sys
 import httpx
 import pytest
 from django.conf import settings
+from django.contrib.auth.models import Permission, User
+from django.test import Client
 from django.db import connection
 
 from runs import groups, transitions
@@ -40,9 +44,9 @@ def words(n):
     return " ".join(f"w{i}" for i in range(n))
 
 
-# At least ~2 s each: no run ends before both workers have claimed their share.
-SHORT = [{"say": words(40), "token_delay_ms": 25}, {"tools": [{"name": "echo", "args": {"n": 1}}]},
-         {"say": words(40), "token_delay_ms": 25}]
+# At least ~3 s each: no run ends before both workers have claimed their share.
+SHORT = [{"say": words(60), "token_delay_ms": 25}, {"tools": [{"name": "echo", "args": {"n": 1}}]},
+         {"say": words(60), "token_delay_ms": 25}]
 LONG = [{"say": words(600), "token_delay_ms": 20}]
 
 
@@ -61,9 +65,11 @@ def through_pgbouncer(postgres, tmp_path):
         env = unit_environment(
             DATABASE_URL=f"postgres://{db['USER']}@127.0.0.1:{port}/{db['NAME']}", RUNWARDEN_PGBOUNCER="1",
             REDIS_URL=settings.REDIS_URL, RUNWARDEN_CHANNEL_PREFIX=settings.CHANNEL_LAYERS["default"]["CONFIG"]["prefix"],
-            SECRET_KEY="pgbouncer-test-" + "k" * 40, ALLOWED_HOSTS="127.0.0.1", STATIC_ROOT=str(settings.STATIC_ROOT),
+            # The test's own secret key: the sessions it makes are valid on the server.
+            SECRET_KEY=settings.SECRET_KEY, ALLOWED_HOSTS="127.0.0.1", STATIC_ROOT=str(settings.STATIC_ROOT),
             RUNWARDEN_WORKSPACE=str(tmp_path / "workspace"), RUNWARDEN_WORKER_CONCURRENCY="4",
             RUNWARDEN_HEARTBEAT_S="0.2", RUNWARDEN_CLAIM_POLL_S="0.1",
+            DJANGO_SETTINGS_MODULE="tests.deploy.pgbouncer_settings",  # see that module: temporary
         )
         for name in ("1", "2"):
             (argv,) = unit_commands("runwarden-worker@.service", instance=name, env=env)
@@ -131,6 +137,16 @@ def test_workers_server_and_cli_through_pgbouncer_in_transaction_mode(through_pg
         settle = api.post(f"/runs/{run['id']}/settle", json={"status": "completed", "reason": "completed"})
         assert settle.status_code == 200, settle.text
     assert Run.objects.filter(pk=run["id"], status="completed", steps=1).exists()
+
+    # The audit trail's CSV export reads with `.iterator()`: a server-side cursor unless
+    # they are disabled, and one that outlives its transaction is lost by transaction pooling.
+    viewer = User.objects.create_user("viewer")
+    viewer.user_permissions.add(Permission.objects.get(content_type__app_label="runs", codename="view_run"))
+    browser = Client()
+    browser.force_login(viewer)
+    export = httpx.get(stack["base"] + "/audit.csv", cookies={"sessionid": browser.cookies["sessionid"].value})
+    assert export.status_code == 200, export.text[:500]
+    assert export.text.count("through pgbouncer") == 3 and "cli" in export.text, export.text[:500]
 
     # And it all went through pgbouncer: its own counters say so.
     stats = subprocess.run(
