@@ -120,6 +120,7 @@ class Service:
         self.name, self.argv = name, argv
         self.log_path = Path(log_dir) / f"{name}.log"
         self.lines, self.changed, self.signalled, self.finished = [], threading.Condition(), False, False
+        self.remove_after = []  # folders of its own (config, pid), removed once it has stopped
         self.proc = subprocess.Popen(
             argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, text=True, errors="replace",
@@ -185,6 +186,8 @@ class Service:
             self.proc.kill()
             self.proc.wait()
         self.reader.join(5)
+        for folder in self.remove_after:
+            shutil.rmtree(folder, ignore_errors=True)
         return self.proc.returncode
 
 
@@ -273,6 +276,7 @@ class Nginx:
                                    env={"PATH": os.environ.get("PATH", "")}, log_dir=self.log_dir)
             match = self.service.wait_for(r"start worker process \d+|Address already in use|\[emerg\]", timeout=30)
             if "start worker process" in match.group(0):
+                self.service.remove_after.append(self.prefix)
                 return self.service
             self.service.stop()
             if "Address already in use" not in match.group(0) or attempt == attempts - 1:
@@ -340,6 +344,7 @@ def start_pgbouncer(*, log_dir, pool_size=4, attempts=3):
                           env={"PATH": os.environ.get("PATH", "")}, log_dir=log_dir)
         match = service.wait_for(r"process up|Address already in use|FATAL|ERROR", timeout=30)
         if "process up" in match.group(0):
+            service.remove_after.append(folder)
             return service, port
         service.stop()
         if "Address already in use" not in match.group(0) or attempt == attempts - 1:

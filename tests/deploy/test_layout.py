@@ -28,7 +28,6 @@ from runs.api.auth import create_key
 from runs.models import Run, RunEvent
 from tests.browser.conftest import CHROMIUM
 from tests.browser.test_dashboard import assert_not_reloaded, log_in, make_user, mark_page, wait_live
-from tests.runs.agent.test_e2e_worker import wait_until
 from tests.deploy.conftest import (
     NGINX,
     Nginx,
@@ -41,6 +40,7 @@ from tests.deploy.conftest import (
     unit_commands,
     unit_environment,
 )
+from tests.runs.agent.test_e2e_worker import wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 REQUIRE_BROWSER = os.environ.get("REQUIRE_BROWSER", "0") == "1"
