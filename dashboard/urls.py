@@ -1,6 +1,7 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from dashboard.views.health import healthz
 from dashboard.views.ops import metrics_view
 from runs.api.api import api as agent_api
 
@@ -9,5 +10,6 @@ urlpatterns = [
     path("accounts/", include("django.contrib.auth.urls")),
     path("api/v1/", agent_api.urls),
     path("metrics", metrics_view, name="metrics"),
+    path("healthz", healthz, name="healthz"),
     path("", include("dashboard.pages_urls")),
 ]
