@@ -95,8 +95,13 @@ async def execute(run, *, signal, ctx, state=None):
     finally:
         if state.lost:
             outcome = outcomes.LOST
+        elif outcome == outcomes.CANCELLED and state.cancel_via == "shutdown":
+            outcome = outcomes.SHUTDOWN  # stopped like a cancel, settled as a retryable failure
+        discarded = engine.discarded if engine else None
+        if discarded and outcome == outcomes.SHUTDOWN:
+            discarded = {**discarded, "reason": "worker shutdown"}
         await finalize(run, outcome, state=state, ctx=ctx, totals=engine.totals if engine else None,
-                       discarded=engine.discarded if engine else None,
+                       discarded=discarded,
                        tasks=[beats], closers=[listen, progress, provider])
     return outcome
 
