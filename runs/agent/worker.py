@@ -84,7 +84,9 @@ class Worker:
                 try:
                     run = await db.call(transitions.claim_next, worker=self.worker_id, agents=self.agents)
                 except Exception as error:  # noqa: BLE001 - the database is back soon, or never
-                    log.warning("worker %s: claim failed (%s); retrying", self.worker_id, error)
+                    outage = getattr(db, "outage", None)
+                    if outage is None or not outage.active:  # an outage is logged once, by the pool
+                        log.warning("worker %s: claim failed (%s); retrying", self.worker_id, error)
                     run = None
                 if run is None:
                     await _first(stop.wait(), wake.wait(), timeout=self.config.claim_poll_s)
