@@ -39,7 +39,7 @@ class CancelSource(models.TextChoices):
     ADMIN = "admin", "admin"  # the Django admin action
     WATCHDOG = "watchdog", "watchdog"  # deadline or unhonoured cancel
     POLICY = "policy", "policy"  # a policy hook inside the run
-    SHUTDOWN = "shutdown", "shutdown"  # the worker is stopping (SIGTERM)
+    SHUTDOWN = "shutdown", "shutdown"  # older rows: a stopping worker now ends runs failed/worker_shutdown
 
 
 TERMINAL = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})

@@ -13,7 +13,9 @@ call is run once more on a fresh connection when it cannot have changed anything
 its first statement failed on a connection opened before the call, and either that
 statement was inside a transaction (nothing committed) or the call is `retry_safe`
 (guarded or idempotent: a heartbeat, a settle). A call that failed later, or an
-autocommit statement of any other call, is not repeated: the caller gets the error.
+autocommit statement of any other call, is not repeated. A call that failed because
+the database could not be reached raises `DatabaseUnavailable` (an OperationalError),
+so a caller can hold what it has until the database answers (the runner's settle does).
 
 An outage is logged as an operator reads it: one WARNING when the database stops
 answering, a count every OUTAGE_REPORT_S while it stays down, one WARNING when it

@@ -46,6 +46,7 @@ from runs import transitions
 from runs.agent import outcomes
 from runs.agent.approval import Approvals
 from runs.agent.cancel import Cancelled
+from runs.agent.db import DatabaseUnavailable
 from runs.agent.dispatch import ToolDispatcher, deny_listed
 from runs.agent.model import ModelCaller
 from runs.agent.outcomes import ApprovalDenied, LostRun, PolicyDenied
@@ -117,6 +118,9 @@ class Engine:
             return await self._fail(outcomes.failed(R.APPROVAL_DENIED, error))
         except ProviderError as error:
             return await self._fail(outcomes.failed(R.PROVIDER_FAILED, error))
+        except DatabaseUnavailable as error:  # no traceback: the pool logs the outage once
+            log.info("run %s: database unreachable mid-run; it ends failed (retryable)", self.run_id)
+            return await self._fail(outcomes.failed(R.PROVIDER_FAILED, error, "database unreachable mid-run"))
         except Exception as error:  # noqa: BLE001 - a bug must still settle the run, retryably
             log.exception("run %s: unexpected error in the engine", self.run_id)
             return await self._fail(outcomes.failed(R.PROVIDER_FAILED, error, f"internal error: {type(error).__name__}"))

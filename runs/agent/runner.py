@@ -22,7 +22,7 @@ from runs import events, groups, transitions
 from runs.agent import outcomes, providers
 from runs.agent.breaker import Breakers
 from runs.agent.config import EngineConfig
-from runs.agent.db import DatabaseUnavailable
+from runs.agent.db import DatabaseUnavailable, retry_safe
 from runs.agent.loop import Engine, Stats
 from runs.agent.progress import Progress
 from runs.agent.providers.base import SimulatedDeath
@@ -31,7 +31,7 @@ from runs.models import Run, RunEvent
 log = logging.getLogger(__name__)
 
 # Pauses between attempts of a settle held through a database outage: doubling, bounded.
-SETTLE_RETRY_FIRST_S, SETTLE_RETRY_MAX_S = 0.1, 2.0
+SETTLE_RETRY_FIRST_S, SETTLE_RETRY_MAX_S = 0.1, 1.0
 
 
 @dataclass
@@ -166,6 +166,7 @@ async def _settle_held(run, outcome, ctx, totals, discarded):
         pause = min(2 * pause, SETTLE_RETRY_MAX_S)
 
 
+@retry_safe  # a read, then the guarded settle
 def _settle_again(run_id, worker_id, outcome, totals, discarded):
     # The attempt before may have committed and only its answer been lost: then the
     # settled event is ours, and settling again would trace a "late settle" of our own.

@@ -118,7 +118,10 @@ class Worker:
         for state in states:
             state.fire("shutdown")  # a run already cancelled keeps its cancel (and its via)
         _, stubborn = await asyncio.wait(pending, timeout=CANCEL_WAIT_S)
-        for task in stubborn:  # never reached a checkpoint: left to the reaper
+        if stubborn:
+            log.warning("worker %s: %d run(s) neither stopped nor settled in %.0fs (no checkpoint reached, or "
+                        "the database is away): left to the reaper", self.worker_id, len(stubborn), CANCEL_WAIT_S)
+        for task in stubborn:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
 

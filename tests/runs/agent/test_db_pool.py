@@ -10,6 +10,7 @@ from asgiref.sync import async_to_sync
 from django.db import OperationalError, ProgrammingError, connection, transaction
 
 from runs import transitions
+from runs.agent import db
 from runs.agent.db import DbPool, retry_safe
 
 pytestmark = pytest.mark.asyncio
@@ -139,3 +140,28 @@ async def test_an_error_the_database_answered_is_not_repeated(pg_pool):
     with pytest.raises(ProgrammingError):
         await pg_pool.call(retry_safe(bad))
     assert len(calls) == 1 and not pg_pool.outage.active
+
+
+# --- outage logging --------------------------------------------------------------------
+
+
+async def test_an_outage_logs_one_warning_down_a_count_while_down_and_one_on_recovery(caplog, monkeypatch):
+    outage = db.Outage("rw-db-x")
+    caplog.set_level("DEBUG", logger="runs.agent.db")
+    outage.answered()  # healthy: nothing to say
+    for _ in range(50):
+        outage.failed(OperationalError("connection refused\n\tIs the server running?"))
+    assert outage.active
+    monkeypatch.setattr(db, "OUTAGE_REPORT_S", 0.0)  # the next failure is due a count
+    outage.failed(OperationalError("connection refused"))
+    outage.answered()
+    outage.answered()
+    assert not outage.active
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert lines == [
+        ("WARNING", "rw-db-x: database unreachable (connection refused); retrying, runs hold their outcome"),
+        ("WARNING", lines[1][1]),
+        ("WARNING", lines[2][1]),
+    ]
+    assert "still unreachable" in lines[1][1] and "51 call(s) failed so far" in lines[1][1]
+    assert "answering again" in lines[2][1] and "51 call(s) failed meanwhile" in lines[2][1]
