@@ -53,7 +53,14 @@ RETRY_SAFE = frozenset({transitions.heartbeat, transitions.settle})
 class DatabaseUnavailable(OperationalError):
     """The call failed because the database could not be reached or the connection
     dropped under it (not because the database refused the statement): worth
-    retrying once the database answers. Raised from the driver's error."""
+    retrying once the database answers. Raised from the driver's error.
+    `changed_nothing`: provably nothing was committed (no statement was sent, or one
+    failed inside the call's transaction); False when the connection broke on an
+    autocommit statement or on COMMIT, where the change may have landed."""
+
+    def __init__(self, message, *, changed_nothing=False):
+        super().__init__(message)
+        self.changed_nothing = changed_nothing
 
 
 def retry_safe(fn):
@@ -151,7 +158,7 @@ class DbPool:
             )
             if not (reused and unreached):
                 self.outage.failed(error)
-                raise DatabaseUnavailable(_first_line(error)) from error
+                raise DatabaseUnavailable(_first_line(error), changed_nothing=probe.changed_nothing) from error
             # DEBUG: after an outage every pool thread finds its connection dead once; self-repair is not news.
             log.debug("database connection was dropped (%s); running the call again on a fresh one", _first_line(error))
         connections.close_all()
@@ -164,18 +171,27 @@ class _FirstStatement:
 
     def __init__(self):
         self.attempted = self.completed = 0
-        self.in_transaction = False
+        self.in_transaction = False  # the first statement ran inside a transaction
+        self.failed_in_transaction = False  # a statement failed inside a transaction: rolled back
         self.raw = None
 
     def __call__(self, execute, sql, params, many, context):
         wrapper = context["connection"]
         if not self.attempted:
-            self.in_transaction = not wrapper.get_autocommit()
+            self.in_transaction = wrapper.in_atomic_block
         self.attempted += 1
         self.raw = wrapper.connection
-        result = execute(sql, params, many, context)
+        try:
+            result = execute(sql, params, many, context)
+        except Exception:
+            self.failed_in_transaction = wrapper.in_atomic_block
+            raise
         self.completed += 1
         return result
+
+    @property
+    def changed_nothing(self):
+        return not self.attempted or self.failed_in_transaction
 
     def connection_lost(self, connection):
         """After an error: was it the connection (refused, dropped, closed)? Read from

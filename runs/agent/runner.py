@@ -22,16 +22,14 @@ from runs import events, groups, transitions
 from runs.agent import outcomes, providers
 from runs.agent.breaker import Breakers
 from runs.agent.config import EngineConfig
-from runs.agent.db import DatabaseUnavailable, retry_safe
+from runs.agent.db import retry_safe
+from runs.agent.holding import hold
 from runs.agent.loop import Engine, Stats
 from runs.agent.progress import Progress
 from runs.agent.providers.base import SimulatedDeath
 from runs.models import Run, RunEvent
 
 log = logging.getLogger(__name__)
-
-# Pauses between attempts of a settle held through a database outage: doubling, bounded.
-SETTLE_RETRY_FIRST_S, SETTLE_RETRY_MAX_S = 0.1, 1.0
 
 
 @dataclass
@@ -146,24 +144,16 @@ async def finalize(run, outcome, *, state, ctx, totals=None, discarded=None, tas
 
 
 async def _settle_held(run, outcome, ctx, totals, discarded):
-    """Settle, retrying with a bounded backoff for as long as the database is
-    unreachable; no cancel interrupts it (a settle is the end). Returns (won, attempts).
-    Guarded as always: if the reaper or a retire won meanwhile, this settle loses and is
-    traced as late."""
+    """Settle, held through a database outage (see runs.agent.holding): no cancel
+    interrupts it, a settle is the end. Returns (won, attempts). Guarded as always: if
+    the reaper or a retire won meanwhile, this settle loses and is traced as late."""
     # A cancelled run's settle is what the operator is waiting for: no queueing.
     call = ctx.db.urgent if outcome.status == Run.Status.CANCELLED else ctx.db.call
-    pause, attempts = SETTLE_RETRY_FIRST_S, 0
-    while True:
-        attempts += 1
-        settle = _discard_and_settle if attempts == 1 else _settle_again
-        try:
-            return await call(settle, run.id, ctx.worker_id, outcome, totals, discarded), attempts
-        except DatabaseUnavailable:  # anything else is a bug: raised, and the reaper settles
-            if attempts == 1:  # one line per run; the pool logs the outage itself
-                log.info("run %s: database unreachable while settling %s/%s; holding the outcome",
-                         run.id, outcome.status, outcome.reason)
-        await asyncio.sleep(pause)
-        pause = min(2 * pause, SETTLE_RETRY_MAX_S)
+
+    def attempt(first):
+        return call(_discard_and_settle if first else _settle_again, run.id, ctx.worker_id, outcome, totals, discarded)
+
+    return await hold(attempt, what=f"run {run.id}: settling {outcome.status}/{outcome.reason}", idempotent=True)
 
 
 @retry_safe  # a read, then the guarded settle

@@ -44,34 +44,49 @@ def proxy(postgres):  # before start_worker in a test's arguments: the worker st
 
 
 def test_runs_that_end_during_an_outage_settle_their_true_outcome_once_it_is_back(proxy, start_worker, redis_url):  # noqa: F811
-    proc, log = start_worker(redis_url, worker_id="e2e-outage", concurrency=4, DATABASE_URL=proxy.url(direct_url()))
-    runs = [streaming_run(f"outage {i}") for i in range(3)]
-    ids = [r.id for r in runs]
-    wait_until(lambda: Run.objects.filter(pk__in=ids, steps=1).count() == 3, 20, "a committed step each")
+    proc, log = start_worker(redis_url, worker_id="e2e-outage", concurrency=6, DATABASE_URL=proxy.url(direct_url()))
+    cancelled = [streaming_run(f"cancelled in the outage {i}") for i in range(3)]
+    # Their last step streams ~3 s, so it ends (and must be committed) during the outage.
+    finishing = [
+        transitions.create_run(agent="scripted", title=f"finishing in the outage {i}", input={"script": [
+            {"say": "the first step"}, {"say": " ".join(f"v{j}" for j in range(60)), "token_delay_ms": 50},
+        ]})
+        for i in range(3)
+    ]
+    ids = [r.id for r in cancelled + finishing]
+    wait_until(lambda: Run.objects.filter(pk__in=ids, steps=1).count() == 6, 20, "a committed step each")
     committed = {i: list(Step.objects.filter(run_id=i).values_list("index", "text")) for i in ids}
 
     proxy.cut()  # the worker's database is gone; ours (direct) is not
-    for run_id in ids:  # the operator's cancels reach the worker over Redis
-        assert transitions.request_cancel(run_id, by="op", source="api") == transitions.CancelOutcome.REQUESTED
-    wait_for_log(log, r"database unreachable while settling cancelled/cancelled", 3, 20)
-    time.sleep(OUTAGE_S)  # the outage itself: heartbeats fail meanwhile, held settles back off
-    assert Run.objects.filter(pk__in=ids, status="running").count() == 3  # held, not settled, not lost
+    for run in cancelled:  # the operator's cancels reach the worker over Redis
+        assert transitions.request_cancel(run.id, by="op", source="api") == transitions.CancelOutcome.REQUESTED
+    wait_for_log(log, r"settling cancelled/cancelled: database unreachable; holding it", 3, 20)
+    wait_for_log(log, r"committing step 1: database unreachable; holding it", 3, 20)
+    time.sleep(OUTAGE_S)  # the outage goes on: heartbeats fail meanwhile, held writes back off
+    assert Run.objects.filter(pk__in=ids, status="running").count() == 6  # held, not settled, not lost
+    assert Step.objects.filter(run_id__in=ids).count() == 6  # nothing written behind our back
     proxy.restore()
 
     wait_until(lambda: not Run.objects.filter(pk__in=ids, status__in=Run.NON_TERMINAL).exists(), 30, "all settled")
     for run in Run.objects.filter(pk__in=ids):
-        assert (run.status, run.termination_reason) == ("cancelled", "cancelled")
-        assert list(Step.objects.filter(run=run).values_list("index", "text")) == committed[run.id]
         kinds = list(RunEvent.objects.filter(run=run).values_list("kind", flat=True))
         assert "reaped" not in kinds and "late_settle_ignored" not in kinds and "retired" not in kinds
         assert RunEvent.objects.get(run=run, kind="settled").actor == "e2e-outage"
-        assert RunEvent.objects.get(run=run, kind="step_discarded").data["reason"] == "cancelled"
+        steps = list(Step.objects.filter(run=run).order_by("index").values_list("index", "text"))
+        if any(run.id == c.id for c in cancelled):
+            assert (run.status, run.termination_reason) == ("cancelled", "cancelled")
+            assert steps == committed[run.id]
+            assert RunEvent.objects.get(run=run, kind="step_discarded").data["reason"] == "cancelled"
+        else:  # the step finished during the outage was committed after it, whole, once
+            assert (run.status, run.termination_reason, run.steps) == ("completed", "completed", 2)
+            assert steps[:1] == committed[run.id] and steps[1][0] == 1 and steps[1][1].startswith("v0 v1")
+            assert "step_discarded" not in kinds
     text = log.read_text()
     # One warning on the way down, one on the way back; no traceback per failed call.
     assert len(re.findall(r"WARNING .*database unreachable \(", text)) == 1, text
     assert len(re.findall(r"WARNING .*database answering again after", text)) == 1, text
     assert "Traceback" not in text and "settle failed" not in text and "claim failed" not in text
-    assert text.count("held through a database outage") == 3
+    assert text.count("held through a database outage") == 3  # the cancelled; the others settled after it
 
 
 def test_a_cancel_after_the_server_dropped_the_workers_connections_settles_at_once(start_worker, redis_url):  # noqa: F811
