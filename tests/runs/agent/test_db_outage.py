@@ -44,7 +44,7 @@ def proxy(postgres):  # before start_worker in a test's arguments: the worker st
 
 
 def test_runs_that_end_during_an_outage_settle_their_true_outcome_once_it_is_back(proxy, start_worker, redis_url):  # noqa: F811
-    proc, log = start_worker(redis_url, worker_id="e2e-outage", concurrency=6, DATABASE_URL=proxy.url(direct_url()))
+    proc, log = start_worker(redis_url, worker_id="e2e-outage", concurrency=7, DATABASE_URL=proxy.url(direct_url()))
     cancelled = [streaming_run(f"cancelled in the outage {i}") for i in range(3)]
     # Their last step streams ~3 s, so it ends (and must be committed) during the outage.
     finishing = [
@@ -53,8 +53,12 @@ def test_runs_that_end_during_an_outage_settle_their_true_outcome_once_it_is_bac
         ]})
         for i in range(3)
     ]
+    waiting = transitions.create_run(agent="scripted", title="waiting through the outage", input={"script": [
+        {"ask_approval": {"tool": "echo", "args": {"n": 1}}}, {"say": "approved and done"},
+    ]})
     ids = [r.id for r in cancelled + finishing]
     wait_until(lambda: Run.objects.filter(pk__in=ids, steps=1).count() == 6, 20, "a committed step each")
+    wait_until(lambda: Run.objects.get(pk=waiting.id).status == "waiting_for_approval", 20, "waiting")
     committed = {i: list(Step.objects.filter(run_id=i).values_list("index", "text")) for i in ids}
 
     proxy.cut()  # the worker's database is gone; ours (direct) is not
@@ -65,9 +69,13 @@ def test_runs_that_end_during_an_outage_settle_their_true_outcome_once_it_is_bac
     time.sleep(OUTAGE_S)  # the outage goes on: heartbeats fail meanwhile, held writes back off
     assert Run.objects.filter(pk__in=ids, status="running").count() == 6  # held, not settled, not lost
     assert Step.objects.filter(run_id__in=ids).count() == 6  # nothing written behind our back
+    assert Run.objects.get(pk=waiting.id).status == "waiting_for_approval"  # its polls failed: no answer yet
     proxy.restore()
+    assert transitions.resume(waiting.id, by="op", answer={"approved": True})
 
     wait_until(lambda: not Run.objects.filter(pk__in=ids, status__in=Run.NON_TERMINAL).exists(), 30, "all settled")
+    wait_until(lambda: Run.objects.get(pk=waiting.id).status == "completed", 30, "the approved run completed")
+    assert Run.objects.get(pk=waiting.id).steps == 2
     for run in Run.objects.filter(pk__in=ids):
         kinds = list(RunEvent.objects.filter(run=run).values_list("kind", flat=True))
         assert "reaped" not in kinds and "late_settle_ignored" not in kinds and "retired" not in kinds
