@@ -16,7 +16,7 @@ class RunStatus(models.TextChoices):
     WAITING_FOR_INPUT = "waiting_for_input", "waiting for input"  # paused for an operator message
     WAITING_FOR_APPROVAL = "waiting_for_approval", "waiting for approval"  # a gated tool awaits a yes/no
     COMPLETED = "completed", "completed"  # ended normally (maybe truncated: see reason)
-    FAILED = "failed", "failed"  # ended by a policy, a denial, a provider or a lost worker
+    FAILED = "failed", "failed"  # ended by a policy, a denial, a provider, a lost or stopping worker
     CANCELLED = "cancelled", "cancelled"  # somebody stopped it; not a malfunction
 
 
@@ -28,6 +28,7 @@ class TerminationReason(models.TextChoices):
     APPROVAL_DENIED = "approval_denied", "approval denied"  # approval refused or never given
     PROVIDER_FAILED = "provider_failed", "provider failed"  # the model provider failed after retries
     WORKER_LOST = "worker_lost", "worker lost"  # the worker stopped heartbeating
+    WORKER_SHUTDOWN = "worker_shutdown", "worker shutdown"  # the worker shut down (SIGTERM) first: retry it
     CANCELLED = "cancelled", "cancelled"  # a cancel request or a retire
 
 
@@ -38,7 +39,7 @@ class CancelSource(models.TextChoices):
     ADMIN = "admin", "admin"  # the Django admin action
     WATCHDOG = "watchdog", "watchdog"  # deadline or unhonoured cancel
     POLICY = "policy", "policy"  # a policy hook inside the run
-    SHUTDOWN = "shutdown", "shutdown"  # the worker is stopping (SIGTERM)
+    SHUTDOWN = "shutdown", "shutdown"  # older rows: a stopping worker now ends runs failed/worker_shutdown
 
 
 TERMINAL = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
@@ -56,10 +57,11 @@ REASONS = {
         TerminationReason.APPROVAL_DENIED,
         TerminationReason.PROVIDER_FAILED,
         TerminationReason.WORKER_LOST,
+        TerminationReason.WORKER_SHUTDOWN,
     ),
     RunStatus.CANCELLED: (TerminationReason.CANCELLED,),
 }
-RETRYABLE = (TerminationReason.PROVIDER_FAILED, TerminationReason.WORKER_LOST)
+RETRYABLE = (TerminationReason.PROVIDER_FAILED, TerminationReason.WORKER_LOST, TerminationReason.WORKER_SHUTDOWN)
 TRUNCATING = (TerminationReason.MAX_ITERATIONS, TerminationReason.BUDGET_EXHAUSTED)
 
 

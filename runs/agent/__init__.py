@@ -12,7 +12,8 @@
     worker.py      Worker: claim, run, heartbeat, settle; SIGTERM semantics
     progress.py    coalesced deltas of the in-flight step to viewers
     fastpath.py    the channel layer, best effort (the heartbeat is the slow path)
-    db.py          database calls from the loop, on owned threads
+    db.py          database calls from the loop, on owned threads; dropped connections replaced
+    holding.py     hold a finished step or an outcome through a database outage
     demo.py        the demo feeder; embedded.py: workers inside the server process
 
 It knows nothing of HTTP or templates; it changes runs only through runs.transitions.

@@ -3,7 +3,8 @@
 The run is suspended (`waiting_for_approval`, with the call and its deadline in
 `pending_request`); the dashboard answers through `transitions.resume`, which queues
 an approval `RunInput`. The wait is cancel-aware (a cancel ends it at once) and
-bounded: no answer before the deadline is a denial.
+bounded: no answer before the deadline is a denial. A database outage is waited out:
+a poll that could not reach the database is no answer yet.
 """
 
 import time
@@ -14,6 +15,8 @@ from django.utils import timezone
 from runs import transitions
 from runs.agent import racing
 from runs.agent.cancel import Cancelled
+from runs.agent.db import DatabaseUnavailable
+from runs.agent.holding import hold
 from runs.agent.outcomes import ApprovalDenied, LostRun
 from runs.models import Run, RunInput
 
@@ -38,9 +41,12 @@ class Approvals:
             "args": call.args,
             "deadline": (timezone.now() + timedelta(seconds=self.timeout_s)).isoformat(),
         }
-        suspended = await self.db.call(
-            transitions.suspend, self.run_id, worker=self.worker_id,
-            status=Run.Status.WAITING_FOR_APPROVAL, request=request,
+        suspended, _ = await hold(
+            lambda first: self.db.call(
+                transitions.suspend, self.run_id, worker=self.worker_id,
+                status=Run.Status.WAITING_FOR_APPROVAL, request=request,
+            ),
+            what=f"run {self.run_id}: suspending for approval", signal=self.signal,
         )
         if not suspended:  # a cancel is pending, or the run is not ours any more
             beat = await self.db.call(transitions.heartbeat, self.run_id, worker=self.worker_id)
@@ -49,7 +55,12 @@ class Approvals:
                 raise Cancelled()
             raise LostRun()
         while True:
-            answers = await self.db.call(transitions.consume_inputs, self.run_id, kind=RunInput.Kind.APPROVAL)
+            try:
+                answers = await self.db.call(transitions.consume_inputs, self.run_id, kind=RunInput.Kind.APPROVAL)
+            except DatabaseUnavailable as error:
+                if not error.changed_nothing:  # an answer may have been taken and lost with the reply
+                    raise
+                answers = []  # the database is away: no answer yet; the deadline still holds
             if answers:
                 answer = answers[-1].payload or {}
                 if answer.get("approved") is True:

@@ -30,7 +30,9 @@ Each row's test, in tests/runs/agent/test_checkpoints.py:
 
 Rows 2-5 and 9 live in `runs.agent.model`, 6-8 in `runs.agent.dispatch`, 10 in
 `runs.agent.runner`; approval waits (`runs.agent.approval`) are cancel-aware too.
-Besides short database calls, nothing in the loop waits outside these rows.
+Besides short database calls, nothing in the loop waits outside these rows. When the
+database is away, the step commit and the turn's input take are held until it answers
+(`runs.agent.holding`), in cancel-aware sleeps like row 9.
 
 A step (the model message and all its tool results) is committed whole at its boundary
 by `transitions.commit_step`; on cancel or failure the in-flight step is discarded: no
@@ -46,12 +48,14 @@ from runs import transitions
 from runs.agent import outcomes
 from runs.agent.approval import Approvals
 from runs.agent.cancel import Cancelled
+from runs.agent.db import DatabaseUnavailable, retry_safe
 from runs.agent.dispatch import ToolDispatcher, deny_listed
+from runs.agent.holding import hold
 from runs.agent.model import ModelCaller
 from runs.agent.outcomes import ApprovalDenied, LostRun, PolicyDenied
 from runs.agent.providers.base import ModelRequest, ProviderError, Reply, SimulatedDeath
 from runs.agent.tools import ToolContext, builtins
-from runs.models import Run, RunInput
+from runs.models import Run, RunInput, Step
 
 log = logging.getLogger(__name__)
 R = Run.TerminationReason
@@ -117,6 +121,9 @@ class Engine:
             return await self._fail(outcomes.failed(R.APPROVAL_DENIED, error))
         except ProviderError as error:
             return await self._fail(outcomes.failed(R.PROVIDER_FAILED, error))
+        except DatabaseUnavailable as error:  # a write that may have landed: not held; the pool logs the outage
+            log.info("run %s: database connection lost mid-write; it ends failed (retryable)", self.run_id)
+            return await self._fail(outcomes.failed(R.PROVIDER_FAILED, error, "database connection lost mid-write"))
         except Exception as error:  # noqa: BLE001 - a bug must still settle the run, retryably
             log.exception("run %s: unexpected error in the engine", self.run_id)
             return await self._fail(outcomes.failed(R.PROVIDER_FAILED, error, f"internal error: {type(error).__name__}"))
@@ -153,11 +160,7 @@ class Engine:
         records = await self.dispatcher.run(reply) if reply.tool_calls else []
         self.signal.raise_if_cancelled()  # cancel polled before the commit, too
         self.progress.flush()
-        step = await self.db.call(
-            transitions.commit_step, self.run_id, worker=self.worker_id, index=self.index,
-            kind="tool_calls" if records else "message", text=reply.text, tool_calls=records,
-            tokens_in=reply.tokens_in, tokens_out=reply.tokens_out, cost=reply.cost,
-        )
+        step = await self._commit(reply, records)
         if step is None:
             await self._refused()
         self.inflight = None
@@ -169,8 +172,31 @@ class Engine:
             return outcomes.COMPLETED
         return None
 
+    async def _commit(self, reply, records):
+        """Commit the finished step. Held through a database outage (cancel-aware): the
+        step is whole and paid for, so it is written once the database answers; a
+        cancel meanwhile discards it as usual."""
+        step = {
+            "worker": self.worker_id, "index": self.index, "kind": "tool_calls" if records else "message",
+            "text": reply.text, "tool_calls": records,
+            "tokens_in": reply.tokens_in, "tokens_out": reply.tokens_out, "cost": reply.cost,
+        }
+
+        def attempt(first):
+            return self.db.call(transitions.commit_step if first else _commit_again, self.run_id, **step)
+
+        committed, _ = await hold(
+            attempt, what=f"run {self.run_id}: committing step {self.index}", signal=self.signal, idempotent=True,
+        )
+        return committed
+
     async def _take_messages(self):
-        for item in await self.db.call(transitions.consume_inputs, self.run_id, kind=RunInput.Kind.MESSAGE):
+        def attempt(first):
+            return self.db.call(transitions.consume_inputs, self.run_id, kind=RunInput.Kind.MESSAGE)
+
+        # Not idempotent (inputs are taken once): retried only while nothing can have committed.
+        items, _ = await hold(attempt, what=f"run {self.run_id}: taking inputs", signal=self.signal)
+        for item in items:
             text = (item.payload or {}).get("text") or json.dumps(item.payload)
             self.messages.append({"role": "user", "content": text})
 
@@ -224,6 +250,14 @@ class Engine:
         self.usage["tokens_in"] += reply.tokens_in
         self.usage["tokens_out"] += reply.tokens_out
         self.usage["cost"] += reply.cost
+
+
+@retry_safe  # a read, then the guarded commit
+def _commit_again(run_id, *, index, **step):
+    # The attempt before may have committed and only its answer been lost: then the
+    # step is there, and committing again would be refused as out of order.
+    existing = Step.objects.filter(run_id=run_id, index=index).first()
+    return existing if existing is not None else transitions.commit_step(run_id, index=index, **step)
 
 
 def _opening(run):

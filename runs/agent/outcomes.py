@@ -38,6 +38,12 @@ MAX_ITERATIONS = Outcome(S.COMPLETED, R.MAX_ITERATIONS, truncated=True)
 BUDGET_EXHAUSTED = Outcome(S.COMPLETED, R.BUDGET_EXHAUSTED, truncated=True)
 CANCELLED = Outcome(S.CANCELLED, R.CANCELLED)
 LOST = Outcome(S.CANCELLED, R.CANCELLED, abandoned=True)
+# The worker stopped (SIGTERM) before the run finished: retryable, and not a cancel.
+# Settled through cancel_wins like any failure, so an operator's pending cancel still wins.
+SHUTDOWN = Outcome(
+    S.FAILED, R.WORKER_SHUTDOWN, error_class="WorkerShutdown",
+    error_message="the worker shut down before the run finished; retry it",
+)
 
 
 def failed(reason, error=None, message=""):

@@ -22,6 +22,8 @@ from runs import events, groups, transitions
 from runs.agent import outcomes, providers
 from runs.agent.breaker import Breakers
 from runs.agent.config import EngineConfig
+from runs.agent.db import retry_safe
+from runs.agent.holding import hold
 from runs.agent.loop import Engine, Stats
 from runs.agent.progress import Progress
 from runs.agent.providers.base import SimulatedDeath
@@ -95,8 +97,13 @@ async def execute(run, *, signal, ctx, state=None):
     finally:
         if state.lost:
             outcome = outcomes.LOST
+        elif outcome == outcomes.CANCELLED and state.cancel_via == "shutdown":
+            outcome = outcomes.SHUTDOWN  # stopped like a cancel, settled as a retryable failure
+        discarded = engine.discarded if engine else None
+        if discarded and outcome == outcomes.SHUTDOWN:
+            discarded = {**discarded, "reason": "worker shutdown"}
         await finalize(run, outcome, state=state, ctx=ctx, totals=engine.totals if engine else None,
-                       discarded=engine.discarded if engine else None,
+                       discarded=discarded,
                        tasks=[beats], closers=[listen, progress, provider])
     return outcome
 
@@ -105,20 +112,22 @@ async def finalize(run, outcome, *, state, ctx, totals=None, discarded=None, tas
     """Runs on every exit path. Record the discarded step and settle (unless
     abandoned) in one transaction; the settle (or whichever transition ended the run
     first) resolves still-queued inputs as cancelled, failed or interrupted, exactly
-    once. Then stop listening and beating, and re-arm the signal last."""
+    once. A database outage does not lose the outcome: the settle is held and retried
+    until the database answers (heartbeats go on meanwhile, so the reaper leaves the
+    run alone). Then stop listening and beating, and re-arm the signal last."""
     try:
         if outcome.abandoned and discarded:
             await ctx.db.call(_record_discard, run.id, ctx.worker_id, discarded)
         elif not outcome.abandoned:
-            # A cancelled run's settle is what the operator is waiting for: no queueing.
-            call = ctx.db.urgent if outcome.status == Run.Status.CANCELLED else ctx.db.call
-            won = await call(_discard_and_settle, run.id, ctx.worker_id, outcome, totals, discarded)
+            won, attempts = await _settle_held(run, outcome, ctx, totals, discarded)
             via = ""
             if outcome.status == Run.Status.CANCELLED:
                 took = f", settled {1000 * (time.monotonic() - state.fired_at):.1f} ms after it arrived" if state.fired_at else ""
                 via = f" (cancel via {state.cancel_via or 'signal'}{took})"
-            log.info("run %s settled %s/%s%s%s", run.id, outcome.status, outcome.reason, via, "" if won else " (late: ignored)")
-    except Exception:  # noqa: BLE001 - the reaper settles what we could not
+            held = f" (held through a database outage: {attempts} attempts)" if attempts > 1 else ""
+            log.info("run %s settled %s/%s%s%s%s", run.id, outcome.status, outcome.reason, via, held,
+                     "" if won else " (late: ignored)")
+    except Exception:  # noqa: BLE001 - not the database being away: a bug; the reaper settles it
         log.exception("run %s: settle failed", run.id)
     finally:
         for task in tasks:
@@ -132,6 +141,28 @@ async def finalize(run, outcome, *, state, ctx, totals=None, discarded=None, tas
                     log.exception("run %s: cleanup failed", run.id)
         # Last: no listener of this run can fire the fresh token any more.
         state.signal.reset()
+
+
+async def _settle_held(run, outcome, ctx, totals, discarded):
+    """Settle, held through a database outage (see runs.agent.holding): no cancel
+    interrupts it, a settle is the end. Returns (won, attempts). Guarded as always: if
+    the reaper or a retire won meanwhile, this settle loses and is traced as late."""
+    # A cancelled run's settle is what the operator is waiting for: no queueing.
+    call = ctx.db.urgent if outcome.status == Run.Status.CANCELLED else ctx.db.call
+
+    def attempt(first):
+        return call(_discard_and_settle if first else _settle_again, run.id, ctx.worker_id, outcome, totals, discarded)
+
+    return await hold(attempt, what=f"run {run.id}: settling {outcome.status}/{outcome.reason}", idempotent=True)
+
+
+@retry_safe  # a read, then the guarded settle
+def _settle_again(run_id, worker_id, outcome, totals, discarded):
+    # The attempt before may have committed and only its answer been lost: then the
+    # settled event is ours, and settling again would trace a "late settle" of our own.
+    if RunEvent.objects.filter(run_id=run_id, kind=RunEvent.Kind.SETTLED, actor=worker_id).exists():
+        return True
+    return _discard_and_settle(run_id, worker_id, outcome, totals, discarded)
 
 
 def _record_discard(run_id, worker_id, discarded):

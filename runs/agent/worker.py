@@ -9,9 +9,12 @@ runner re-arms it after each run). A new queued run wakes an idle worker through
 channel layer when it is up; otherwise the worker polls every `claim_poll_s`.
 
 Shutdown (stop set, e.g. on SIGTERM): claim nothing more, let running runs finish
-within `shutdown_grace_s`, then cancel the rest with source `shutdown` (recorded
-through `request_cancel`, so the row says why) and settle them cancelled. A SIGKILL
-leaves the runs to the reaper (failed / worker_lost, retryable).
+within `shutdown_grace_s`, then stop the rest at their next checkpoint (their signal
+fires; the in-flight step is discarded as for a cancel) and settle them failed /
+`worker_shutdown`, retryable: a rolling deploy is not an operator cancelling runs. No
+cancel is recorded for it (a pending cancel turns a failure into cancelled), so a run an
+operator cancelled meanwhile still ends cancelled. A SIGKILL leaves the runs to the
+reaper (failed / worker_lost, retryable).
 """
 
 import asyncio
@@ -27,11 +30,10 @@ from runs.agent.config import EngineConfig
 from runs.agent.db import DbPool
 from runs.agent.fastpath import FastPath
 from runs.agent.runner import RunState, WorkerContext, execute
-from runs.models import Run
 
 log = logging.getLogger(__name__)
 
-# After the grace and the shutdown cancels, how long runs get to reach a checkpoint.
+# After the grace and the shutdown signal, how long runs get to reach a checkpoint and settle.
 CANCEL_WAIT_S = 5.0
 
 
@@ -82,7 +84,9 @@ class Worker:
                 try:
                     run = await db.call(transitions.claim_next, worker=self.worker_id, agents=self.agents)
                 except Exception as error:  # noqa: BLE001 - the database is back soon, or never
-                    log.warning("worker %s: claim failed (%s); retrying", self.worker_id, error)
+                    outage = getattr(db, "outage", None)
+                    if outage is None or not outage.active:  # an outage is logged once, by the pool
+                        log.warning("worker %s: claim failed (%s); retrying", self.worker_id, error)
                     run = None
                 if run is None:
                     await _first(stop.wait(), wake.wait(), timeout=self.config.claim_poll_s)
@@ -109,23 +113,17 @@ class Worker:
         if not pending:
             return
         states = [self.active[t] for t in pending if t in self.active]
-        log.info("worker %s: cancelling %d run(s) still going (source shutdown)", self.worker_id, len(states))
+        log.info("worker %s: stopping %d run(s) still going; they end failed/worker_shutdown (retryable)",
+                 self.worker_id, len(states))
         for state in states:
-            state.cancel_via = "shutdown"
-        await asyncio.gather(*(self._cancel(state) for state in states), return_exceptions=True)
+            state.fire("shutdown")  # a run already cancelled keeps its cancel (and its via)
         _, stubborn = await asyncio.wait(pending, timeout=CANCEL_WAIT_S)
-        for task in stubborn:  # never reached a checkpoint: left to the reaper
+        if stubborn:
+            log.warning("worker %s: %d run(s) neither stopped nor settled in %.0fs (no checkpoint reached, or "
+                        "the database is away): left to the reaper", self.worker_id, len(stubborn), CANCEL_WAIT_S)
+        for task in stubborn:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
-
-    async def _cancel(self, state):
-        try:
-            await self.ctx.db.call(
-                transitions.request_cancel, state.run_id, by=self.worker_id,
-                source=Run.CancelSource.SHUTDOWN, note="worker shutting down",
-            )
-        finally:
-            state.signal.cancel()
 
 
 async def _first(*aws, timeout=None):

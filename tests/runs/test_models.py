@@ -25,7 +25,7 @@ def insert(status, reason, *, finished=True, truncated=False):
 VALID = [
     ("queued", "", False), ("running", "", False), ("waiting_for_input", "", False),
     ("completed", "completed", True), ("completed", "max_iterations", True),
-    ("failed", "worker_lost", True), ("cancelled", "cancelled", True),
+    ("failed", "worker_lost", True), ("failed", "worker_shutdown", True), ("cancelled", "cancelled", True),
 ]
 INVALID = [
     ("completed", "", True),  # terminal without a reason: unknown is not allowed in
@@ -33,6 +33,8 @@ INVALID = [
     ("completed", "provider_failed", True),
     ("failed", "completed", True),
     ("cancelled", "worker_lost", True),
+    ("cancelled", "worker_shutdown", True),  # a rolling deploy is not an operator's cancel
+    ("completed", "worker_shutdown", True),
     ("running", "completed", False),  # a live run has no reason
     ("queued", "cancelled", False),
     ("exploded", "", False),
@@ -70,6 +72,8 @@ def test_truncated_needs_a_truncating_reason():
 def test_properties():
     assert Run(status="failed", termination_reason="worker_lost").is_retryable
     assert Run(status="failed", termination_reason="provider_failed").is_retryable
+    assert Run(status="failed", termination_reason="worker_shutdown").is_retryable
+    assert Run(status="failed", termination_reason="worker_shutdown").reason_label == "worker shutdown"
     assert not Run(status="failed", termination_reason="policy_denied").is_retryable
     assert not Run(status="cancelled", termination_reason="cancelled").is_retryable
     assert Run(status="cancelled").is_terminal and not Run(status="waiting_for_input").is_terminal

@@ -131,6 +131,27 @@ def test_retry_only_from_retryable_terminal(run_in, status):
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize("reason", ["provider_failed", "worker_lost", "worker_shutdown"])
+def test_every_retryable_failure_retries_once(make_run, reason):
+    run = make_run()
+    assert transitions.claim(run.id, worker="w1")
+    assert transitions.settle(run.id, status="failed", reason=reason, worker="w1")
+    new = transitions.retry(run.id, by="op")
+    assert new is not None and new.status == "queued" and new.retry_of_id == run.id
+    assert transitions.retry(run.id, by="op") is None
+
+
+@pytest.mark.django_db
+def test_a_shutdown_failure_with_a_cancel_pending_settles_cancelled(make_run):
+    run = make_run()
+    assert transitions.claim(run.id, worker="w1")
+    assert transitions.request_cancel(run.id, by="op") == CancelOutcome.REQUESTED
+    assert transitions.settle(run.id, status="failed", reason="worker_shutdown", worker="w1")
+    row = Run.objects.get(pk=run.id)
+    assert (row.status, row.termination_reason, row.is_retryable) == ("cancelled", "cancelled", False)
+
+
+@pytest.mark.django_db
 def test_unknown_and_malformed_ids_are_not_found(db):
     for bad in ("not-a-uuid", "00000000-0000-0000-0000-000000000000", "", None):
         assert transitions.request_cancel(bad) == CancelOutcome.NOT_FOUND

@@ -1,8 +1,9 @@
 """`manage.py run_agents [--concurrency N] [--worker-id ID] [--agents a,b]`
 
 Claims queued runs and runs them until SIGTERM or SIGINT; then stops claiming, gives
-running runs RUNWARDEN_SHUTDOWN_GRACE_S to finish and cancels the rest (source
-`shutdown`). A SIGKILL leaves its runs to the reaper.
+running runs RUNWARDEN_SHUTDOWN_GRACE_S to finish and stops the rest at their next
+checkpoint: they end failed / `worker_shutdown` (retryable). A SIGKILL leaves its runs
+to the reaper (failed / `worker_lost`, retryable).
 """
 
 import asyncio

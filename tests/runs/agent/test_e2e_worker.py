@@ -214,15 +214,3 @@ def test_twenty_runs_half_cancelled_with_the_fast_path_unavailable(start_worker,
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(15) == 0
 
-
-def test_sigterm_finishes_short_runs_and_cancels_long_ones_as_shutdown(start_worker, redis_url):
-    proc, log = start_worker(redis_url, worker_id="e2e-term", concurrency=2, RUNWARDEN_SHUTDOWN_GRACE_S="1")
-    short = transitions.create_run(agent="scripted", input={"script": [{"say": "a b c d", "token_delay_ms": 100}]})
-    long = transitions.create_run(agent="scripted", input={"script": [{"say": "x " * 500, "token_delay_ms": 50}]})
-    wait_until(lambda: Run.objects.filter(pk__in=[short.id, long.id], status="running").count() == 2, 20, "running")
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(15) == 0
-    short.refresh_from_db()
-    long.refresh_from_db()
-    assert (short.status, short.termination_reason) == ("completed", "completed")
-    assert (long.status, long.termination_reason, long.cancel_source) == ("cancelled", "cancelled", "shutdown")

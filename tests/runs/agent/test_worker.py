@@ -69,20 +69,47 @@ async def test_worker_claims_only_its_agents_and_never_an_external_agents_run(se
     assert await until_status(pool, external.id, "queued") == "queued"
 
 
-async def test_shutdown_lets_short_runs_finish_and_cancels_the_rest_as_shutdown(serve, pool, config):
+async def test_shutdown_lets_short_runs_finish_and_fails_the_rest_retryably(serve, pool, config):
     config = dataclasses.replace(config, shutdown_grace_s=0.3)
     short = await create(pool, [say(5, 20)])  # ~0.1 s
-    long = await create(pool, [say(500, 20)])  # ~10 s
-    worker, stop, task = await serve(config=config, concurrency=2)
+    long = await create(pool, [say(3), say(500, 20)])  # one committed step, then ~10 s
+    waiting = await create(pool, [{"ask_approval": {"tool": "echo", "args": {}}}])
+    worker, stop, task = await serve(config=config, concurrency=3)
     await until_status(pool, short.id, "running")
-    await until_status(pool, long.id, "running")
+    await until_status(pool, waiting.id, "waiting_for_approval")
+    await asyncio.wait_for(_until_async(pool, lambda: Run.objects.get(pk=long.id).steps == 1), 5)
     stop.set()
     late = await create(pool, [say(1)])  # stopping: never claimed
     await asyncio.wait_for(task, 5)
     rows = {r.id: r for r in await pool.call(lambda: list(Run.objects.all()))}
     assert (rows[short.id].status, rows[short.id].termination_reason) == ("completed", "completed")
-    assert (rows[long.id].status, rows[long.id].cancel_source) == ("cancelled", "shutdown")
+    for run_id in (long.id, waiting.id):
+        row = rows[run_id]
+        assert (row.status, row.termination_reason, row.is_retryable) == ("failed", "worker_shutdown", True)
+        assert (row.cancel_requested_at, row.cancel_source, row.error_class) == (None, "", "WorkerShutdown")
+    assert rows[long.id].steps == 1  # the committed step stays; the one streaming is discarded
+    discarded = await pool.call(lambda: list(rows[long.id].events.filter(kind="step_discarded").values_list("data", flat=True)))
+    assert [(d["index"], d["reason"], d["interrupted"]) for d in discarded] == [(1, "worker shutdown", True)]
     assert rows[late.id].status == "queued"
+    retried = await pool.call(transitions.retry, long.id, by="op")
+    assert retried is not None and retried.retry_of_id == long.id
+
+
+async def test_a_run_cancelled_before_the_shutdown_still_ends_cancelled(serve, pool, config):
+    config = dataclasses.replace(config, shutdown_grace_s=0.3)
+    run = await create(pool, [say(500, 20)])
+    worker, stop, task = await serve(config=config)
+    await until_status(pool, run.id, "running")
+    assert await pool.call(transitions.request_cancel, run.id, by="op") == transitions.CancelOutcome.REQUESTED
+    stop.set()
+    await asyncio.wait_for(task, 5)
+    row = await pool.call(Run.objects.get, pk=run.id)
+    assert (row.status, row.termination_reason, row.cancel_source) == ("cancelled", "cancelled", "user")
+
+
+async def _until_async(pool, predicate):
+    while not await pool.call(predicate):
+        await asyncio.sleep(0.01)
 
 
 async def test_a_retired_run_stops_and_its_late_settle_changes_nothing(serve, pool):
