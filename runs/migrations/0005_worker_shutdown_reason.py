@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('runs', '0003_list_indexes'),
+        ('runs', '0004_run_cancel_escalated_at'),
     ]
 
     operations = [
