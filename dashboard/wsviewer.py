@@ -4,6 +4,7 @@ from the pushed fragments what the page shows: the committed steps and the in-fl
 text. Not used by the product.
 """
 
+import asyncio
 import html
 import re
 import time
@@ -28,6 +29,14 @@ class RunPageViewer:
         self.steps, self.streamed = {}, {}
         self.step, self.text = None, ""
         self.ws = None
+        self.updated = asyncio.Event()  # set on every frame: wait for a page state, never sleep
+
+    async def until(self, condition, timeout):
+        """Wait (at most `timeout` s) until `condition()` holds for what the page shows."""
+        async with asyncio.timeout(timeout):
+            while not condition():
+                self.updated.clear()
+                await self.updated.wait()
 
     async def connect(self, timeout=30):
         import websockets
@@ -71,3 +80,4 @@ class RunPageViewer:
             self.text_frames += 1
             if self.on_text is not None:
                 self.on_text(fresh, at)
+        self.updated.set()
