@@ -250,8 +250,12 @@ def cancel_paths(log_text, run_ids):
     return Counter(m["via"] for m in SETTLED_CANCELLED.finditer(log_text) if m["id"] in wanted)
 
 
+LOG_RECORD = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
+
+
 def connection_errors(log_text):
-    return sum(1 for line in log_text.splitlines() if CONNECTION_ERRORS.search(line))
+    """Log records (not traceback lines) that name a database connection failure."""
+    return sum(1 for line in log_text.splitlines() if LOG_RECORD.match(line) and CONNECTION_ERRORS.search(line))
 
 
 class Sampler:
