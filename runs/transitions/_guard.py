@@ -82,9 +82,10 @@ def guarded(run_id, verb, *, event, guard=None, actor="", source="", data=None, 
     if guard is not None:
         rows = rows.filter(guard)
     with transaction.atomic():
-        run = update_returning(rows, event_seq=F("event_seq") + 1, **changes)
-        if run is None:
+        changed = update_returning(rows, event_seq=F("event_seq") + 1, **changes)
+        if not changed:
             return None
+        run = changed[0]  # the guard names one run by its primary key
         payload = {"status": run.status, **((data(run) if callable(data) else data) or {})}
         if run.is_terminal:
             payload["reason"] = run.termination_reason
@@ -98,9 +99,9 @@ def guarded(run_id, verb, *, event, guard=None, actor="", source="", data=None, 
 
 
 def update_returning(rows, **changes):
-    """`rows.update(**changes)` for at most one run, answering the run as the UPDATE
-    left it (`UPDATE … RETURNING`, PostgreSQL and SQLite >= 3.35), or None when no row
-    matched. The ORM's update() only counts rows, which cost every winner a re-read."""
+    """`rows.update(**changes)` answering the runs as the UPDATE left them (`UPDATE …
+    RETURNING`, PostgreSQL and SQLite >= 3.35): a list, empty when no row matched. The
+    ORM's update() only counts rows, which cost every winner a re-read."""
     using = router.db_for_write(Run)
     query = rows.query.chain(UpdateQuery)
     query.add_update_values(changes)
@@ -110,8 +111,7 @@ def update_returning(rows, **changes):
     quote = connections[using].ops.quote_name
     columns = ", ".join(quote(field.column) for field in Run._meta.concrete_fields)
     # raw() applies each field's database converters (dates, JSON, decimals on SQLite).
-    found = list(Run.objects.raw(f"{sql} RETURNING {columns}", params, using=using))
-    return found[0] if found else None
+    return list(Run.objects.raw(f"{sql} RETURNING {columns}", params, using=using))
 
 
 def resolve_queued_inputs(run):
