@@ -163,6 +163,7 @@ class Command(BaseCommand):
             fleet.stop()
             connections.close_all()
         logs = benchkit.read_logs(fleet.worker_logs)
+        result["load_1m"] = round(os.getloadavg()[0], 1)  # the machine is shared: how busy it was
         result["fast_path_unavailable"] = logs.count("fast path unavailable")
         result["connection_errors"] = benchkit.connection_errors(logs)
         return result

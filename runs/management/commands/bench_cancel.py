@@ -26,6 +26,7 @@ Not a test: timings on a shared machine are noisy; compare figures from one mach
 import asyncio
 import json
 import math
+import os
 import random
 import tempfile
 import time
@@ -144,6 +145,7 @@ class Command(BaseCommand):
             request_ms_p50=benchkit.percentile(sorted(request_ms), 50),
             token_delay_ms=opts["token_delay_ms"],
             rate=opts["rate"],
+            load_1m=round(os.getloadavg()[0], 1),  # the machine is shared: how busy it was
             database=connection.vendor,
             layer=settings.CHANNEL_LAYERS["default"]["BACKEND"].rsplit(".", 1)[-1],
         )
