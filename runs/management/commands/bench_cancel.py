@@ -77,10 +77,10 @@ class Command(BaseCommand):
         parser.add_argument("--seed", type=int, default=None)
 
     def handle(self, *args, **opts):
-        benchkit.require_postgres_and_redis("bench_cancel")
         points = parse_curve(opts["curve"]) if opts["curve"] else [opts["live"]]
-        if opts["workers"] < 1 or opts["cancels"] < 1 or opts["rate"] <= 0:
-            raise CommandError("--workers, --cancels and --rate must be positive")
+        if opts["workers"] < 1 or opts["cancels"] < 1 or opts["rate"] <= 0 or min(points) < 1:
+            raise CommandError("--live, --workers, --cancels and --rate must be positive")
+        benchkit.require_postgres_and_redis("bench_cancel")
         name = benchkit.bench_database_name(opts["database"], "bench_cancel")
         self.prefix = benchkit.bench_prefix("bench_cancel")
         benchkit.use_channel_prefix(self.prefix)
