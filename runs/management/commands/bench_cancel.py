@@ -30,6 +30,7 @@ import os
 import random
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 from asgiref.sync import sync_to_async
@@ -120,6 +121,7 @@ class Command(BaseCommand):
                 self.wait_for_ends(requested, opts["timeout"])
             result["worker_cpu_pct"] = cpu.percent()
             result["window_s"] = round(time.monotonic() - began, 1)
+            result["cancels_per_s"] = round(len(requested) / result["window_s"], 1)
         except CommandError as error:  # the point failed: say so on its line, go on to the next
             result["error"] = str(error)
         finally:
@@ -164,9 +166,12 @@ class Command(BaseCommand):
 
     async def cancel_while_streaming(self, turns, requested, request_ms, opts):
         """Cancel `--cancels` streaming runs at `--rate`, topping the live set up with a
-        fresh run for each. One thread does the database work, as a server thread would;
-        its broadcasts go out on the publisher's long-lived loop."""
+        fresh run for each. One thread makes the requests, as a server thread would (its
+        broadcasts go out on the publisher's long-lived loop); another queues the top-ups,
+        so creating runs never delays a cancel."""
         db = sync_to_async(lambda fn, *a: fn(*a))
+        creator = ThreadPoolExecutor(1, thread_name_prefix="bench-top-up")
+        top_ups = []
         interval, min_age = 1.0 / opts["rate"], opts["min_age_ms"] / 1000
         loop = asyncio.get_running_loop()
         deadline = loop.time() + opts["timeout"]
@@ -192,9 +197,12 @@ class Command(BaseCommand):
                 request_ms.append(round((time.perf_counter() - t0) * 1000, 2))
                 if outcome == transitions.CancelOutcome.REQUESTED:
                     requested.append(run_id)
-                    await db(lambda: transitions.create_run(agent="scripted", title="bench top-up",
-                                                            input={"script": turns}))
+                    top_ups.append(loop.run_in_executor(creator, lambda: transitions.create_run(
+                        agent="scripted", title="bench top-up", input={"script": turns})))
         finally:
+            await asyncio.gather(*top_ups, return_exceptions=True)
+            await loop.run_in_executor(creator, connections.close_all)  # that thread's own
+            creator.shutdown()
             await db(connections.close_all)  # this thread's, not the main one's
         return errors
 
