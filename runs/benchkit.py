@@ -159,14 +159,19 @@ def child_env(db_name, prefix, app, **extra):
     return env
 
 
-def _wait_line(stream, pattern, timeout, what):
-    """Read `stream` until a line matches `pattern` (returns the match); then keep
-    draining it into nothing in a thread so the child never blocks on a full pipe."""
+def _wait_line(stream, pattern, timeout, what, sink):
+    """Read `stream` until a line matches `pattern` (returns the match); a thread keeps
+    copying it into `sink` (the child's log) so the child never blocks on a full pipe."""
     found, lines = [], []
     done = threading.Event()
 
     def read():
         for line in stream:
+            try:
+                sink.write(line)
+                sink.flush()
+            except ValueError:  # the log was closed: the fleet is stopping
+                pass
             if not found:
                 lines.append(line)
                 match = re.search(pattern, line)
@@ -181,6 +186,13 @@ def _wait_line(stream, pattern, timeout, what):
     return found[0]
 
 
+def _append_log(path):
+    """A fresh log file in append mode: the child writes one stream to it and our
+    drain thread the other, and O_APPEND keeps them from overwriting each other."""
+    path.write_text("")
+    return open(path, "a")  # noqa: SIM115 - closed in Fleet.stop()
+
+
 class Fleet:
     """The subprocesses of one measurement; stop() ends every one it started."""
 
@@ -192,27 +204,27 @@ class Fleet:
 
     def start_worker(self, worker_id, concurrency, *, timeout=60, **extra):
         log_path = self.log_dir / f"{worker_id}.log"
-        log = open(log_path, "w")  # noqa: SIM115 - the child writes it; closed in stop()
+        log = _append_log(log_path)
         proc = subprocess.Popen(
             [sys.executable, "manage.py", "run_agents", "--concurrency", str(concurrency), "--worker-id", worker_id],
             cwd=ROOT, env=self.env_for(WORKER_APP, **extra), stdout=subprocess.PIPE, stderr=log, text=True,
         )
         self.workers.append(proc)
         self.logs.append((log_path, log))
-        _wait_line(proc.stdout, r"ready", timeout, f"worker {worker_id}")
+        _wait_line(proc.stdout, r"ready", timeout, f"worker {worker_id}", log)
         return proc
 
     def start_server(self, *, timeout=60, **extra):
         """daphne on a free port of 127.0.0.1; returns (process, port)."""
         log_path = self.log_dir / f"server-{len(self.servers)}.log"
-        log = open(log_path, "w")  # noqa: SIM115 - closed in stop()
+        log = _append_log(log_path)
         proc = subprocess.Popen(
             [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", "0", "dashboard.asgi:application"],
             cwd=ROOT, env=self.env_for(SERVER_APP, **extra), stdout=log, stderr=subprocess.PIPE, text=True,
         )
         self.servers.append(proc)
         self.logs.append((log_path, log))
-        match = _wait_line(proc.stderr, r"Listening on TCP address [\d.]+:(\d+)", timeout, "daphne")
+        match = _wait_line(proc.stderr, r"Listening on TCP address [\d.]+:(\d+)", timeout, "daphne", log)
         return proc, int(match.group(1))
 
     @property

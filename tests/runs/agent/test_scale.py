@@ -20,7 +20,7 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.contrib.auth.models import Permission, User
 from django.db import connection
-from django.middleware.csrf import _get_new_csrf_string
+from django.utils.crypto import get_random_string
 from django.test import Client
 
 from dashboard.wsviewer import RunPageViewer
@@ -122,7 +122,7 @@ async def test_200_live_runs_on_two_workers_end_once_and_viewers_match_the_steps
     listener = asyncio.ensure_future(_pump(layer, channel, events))
 
     _, port = await asyncio.to_thread(fleet.start_server)
-    csrf = _get_new_csrf_string()
+    csrf = get_random_string(32)  # a CSRF secret: the cookie and the header carry the same
     cookie = f"sessionid={session}; csrftoken={csrf}"
     viewers = [RunPageViewer(f"ws://127.0.0.1:{port}", run_id, cookie) for run_id in watched]
     await asyncio.gather(*(v.connect() for v in viewers))
