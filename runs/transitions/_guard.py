@@ -6,9 +6,10 @@ import logging
 import uuid
 from dataclasses import dataclass
 
-from django.db import transaction
+from django.db import connections, router, transaction
 from django.db.models import Case, F, Q, Value, When
 from django.db.models.functions import Now
+from django.db.models.sql import UpdateQuery
 
 from runs import broadcast, events
 from runs.models import Run, RunEvent, RunInput
@@ -22,8 +23,9 @@ E = RunEvent.Kind
 ALLOWED_FROM = {
     "claim": (S.QUEUED,),
     "heartbeat": Run.LIVE,
-    "cancel_queued": (S.QUEUED,),
-    "request_cancel": Run.LIVE,
+    # One statement for both cases: a queued run is settled cancelled at once, a live
+    # one is flagged (guarded on no request pending); see ending.request_cancel.
+    "request_cancel": Run.NON_TERMINAL,
     "suspend": (S.RUNNING,),
     "resume": Run.WAITING,
     "settle": Run.LIVE,
@@ -70,7 +72,9 @@ def guarded(run_id, verb, *, event, guard=None, actor="", source="", data=None, 
     """The one conditional UPDATE behind every transition.
 
     Returns the run as it stands after the change, or None when the guard refused
-    (wrong status, another worker, no such run): then nothing was written.
+    (wrong status, another worker, no such run): then nothing was written. `data` is
+    the event's payload, or a function of the changed run giving it (for a verb whose
+    outcome is decided inside the UPDATE).
     """
     run_id = parse_id(run_id)
     if run_id is None:
@@ -79,10 +83,11 @@ def guarded(run_id, verb, *, event, guard=None, actor="", source="", data=None, 
     if guard is not None:
         rows = rows.filter(guard)
     with transaction.atomic():
-        if not rows.update(event_seq=F("event_seq") + 1, **changes):
+        changed = update_returning(rows, event_seq=F("event_seq") + 1, **changes)
+        if not changed:
             return None
-        run = Run.objects.get(pk=run_id)
-        payload = {"status": run.status, **(data or {})}
+        run = changed[0]  # the guard names one run by its primary key
+        payload = {"status": run.status, **((data(run) if callable(data) else data) or {})}
         if run.is_terminal:
             payload["reason"] = run.termination_reason
         event_row = RunEvent.objects.create(
@@ -92,6 +97,22 @@ def guarded(run_id, verb, *, event, guard=None, actor="", source="", data=None, 
             resolve_queued_inputs(run)
         broadcast.on_commit(run, event_row)
     return run
+
+
+def update_returning(rows, **changes):
+    """`rows.update(**changes)` answering the runs as the UPDATE left them (`UPDATE …
+    RETURNING`, PostgreSQL and SQLite >= 3.35): a list, empty when no row matched. The
+    ORM's update() only counts rows, which cost every winner a re-read."""
+    using = router.db_for_write(Run)
+    query = rows.query.chain(UpdateQuery)
+    query.add_update_values(changes)
+    compiler = query.get_compiler(using)
+    compiler.pre_sql_setup()
+    sql, params = compiler.as_sql()
+    quote = connections[using].ops.quote_name
+    columns = ", ".join(quote(field.column) for field in Run._meta.concrete_fields)
+    # raw() applies each field's database converters (dates, JSON, decimals on SQLite).
+    return list(Run.objects.raw(f"{sql} RETURNING {columns}", params, using=using))
 
 
 def resolve_queued_inputs(run):

@@ -17,37 +17,39 @@ ERROR_MESSAGE_LIMIT = 2000
 
 def request_cancel(run_id, *, by=None, source=Run.CancelSource.USER, note=""):
     """Ask a run to stop. A queued run is cancelled at once (SETTLED); a live one is
-    flagged and its worker signalled (REQUESTED); asking twice is ALREADY_REQUESTED."""
+    flagged and its worker signalled (REQUESTED); asking twice is ALREADY_REQUESTED.
+
+    One guarded UPDATE decides both cases (a CASE on the status it finds), with its
+    event, in one transaction: only a refused request reads the row again, to say why.
+    """
     if source not in Run.CancelSource.values:
         raise ValueError(f"unknown cancel source {source!r}")
     actor, note = actor_name(by), (note or "")[:500]
-    request = {
-        "cancel_requested_at": Now(),
-        "cancel_requested_by": actor,
-        "cancel_source": source,
-        "cancel_note": note,
-    }
-    common = {"event": E.CANCEL_REQUESTED, "actor": actor, "source": source}
-    settled = guarded(
-        run_id,
-        "cancel_queued",
-        data={"note": note, "settled_queued": True},
-        **common,
-        **request,
-        **terminal(S.CANCELLED, R.CANCELLED),
-    )
-    if settled is not None:
-        return CancelOutcome.SETTLED
-    requested = guarded(
+    queued = Q(status=S.QUEUED)
+
+    def if_queued(then, otherwise):
+        # SET expressions see the row as it was, so every CASE tests the old status.
+        return Case(When(queued, then=then), default=otherwise)
+
+    run = guarded(
         run_id,
         "request_cancel",
-        guard=Q(cancel_requested_at__isnull=True),
-        data={"note": note},
-        **common,
-        **request,
+        # Nobody holds a queued run: settle it now. A live run is flagged only once.
+        guard=queued | Q(cancel_requested_at__isnull=True),
+        event=E.CANCEL_REQUESTED,
+        actor=actor,
+        source=source,
+        data=lambda run: {"note": note, **({"settled_queued": True} if run.is_terminal else {})},
+        cancel_requested_at=Now(),
+        cancel_requested_by=actor,
+        cancel_source=source,
+        cancel_note=note,
+        status=if_queued(Value(S.CANCELLED), F("status")),
+        termination_reason=if_queued(Value(R.CANCELLED), F("termination_reason")),
+        finished_at=if_queued(Now(), F("finished_at")),
     )
-    if requested is not None:
-        return CancelOutcome.REQUESTED
+    if run is not None:
+        return CancelOutcome.SETTLED if run.is_terminal else CancelOutcome.REQUESTED
     run_id = parse_id(run_id)
     status = Run.objects.filter(pk=run_id).values_list("status", flat=True).first() if run_id else None
     if status is None:

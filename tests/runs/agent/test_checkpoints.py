@@ -89,7 +89,7 @@ async def test_cancel_during_a_non_streaming_call_abandons_the_request(ctx, clai
     run = await claimed()
     outcome, elapsed = await go(ctx, run, probe, signal=signal)
     row, steps, _, by_kind = await fetch(run.id)
-    assert probe.abandoned and elapsed < 2
+    assert probe.abandoned  # and within go()'s 10 s: a hung probe never returns
     assert_discarded(row, steps, by_kind, index=0, committed=0, text="")
 
 
@@ -104,7 +104,7 @@ async def test_cancel_during_the_stream_discards_the_step_keeping_its_text(ctx, 
     run = await claimed()
     outcome, elapsed = await go(ctx, run, probe, signal=signal)
     row, steps, _, by_kind = await fetch(run.id)
-    assert probe.abandoned and elapsed < 2
+    assert probe.abandoned  # and within go()'s 10 s: a hung probe never returns
     assert_discarded(row, steps, by_kind, index=0, committed=0, text="one two three ")
 
 
@@ -112,10 +112,9 @@ async def test_cancel_during_the_rate_gate_sleep_never_opens_the_stream(ctx, cla
     signal = CancelSignal()
     probe = Probe([(TEXT, {})], gate_s=30, on_gate=lambda p: asyncio.get_running_loop().call_soon(signal.cancel))
     run = await claimed()
-    outcome, elapsed = await go(ctx, run, probe, signal=signal)
+    outcome, elapsed = await go(ctx, run, probe, signal=signal)  # go() gives up at 10 s: the gate is 30 s
     row, steps, _, by_kind = await fetch(run.id)
     assert probe.gates == 1 and probe.stream_calls == 0
-    assert elapsed < 5  # the 30 s gate was abandoned
     assert_discarded(row, steps, by_kind, index=0, committed=0)
 
 
@@ -168,7 +167,6 @@ async def test_cancel_during_a_tool_call_abandons_the_tool(ctx, claimed, fetch):
     outcome, elapsed = await go(ctx, run, probe, signal=signal, tools=tools)
     row, steps, _, by_kind = await fetch(run.id)
     assert tools.started == ["a", "b"] and tools.abandoned == ["b"] and "b" not in tools.finished
-    assert elapsed < 2
     assert_discarded(row, steps, by_kind, index=1, committed=1, text="go")
     assert steps[0].kind == "message"
 
@@ -184,8 +182,7 @@ async def test_cancel_during_retry_backoff_starts_no_retry(ctx, claimed, fetch):
     probe = Probe([(TEXT, {})], on_stream=always_fail, on_complete=lambda p, i: always_fail(p, i, 0))
     run = await claimed()
     outcome, elapsed = await go(ctx, run, probe, signal=signal)
-    row, steps, _, by_kind = await fetch(run.id)
-    assert elapsed < 5
+    row, steps, _, by_kind = await fetch(run.id)  # go() gives up at 10 s: the backoff is 30 s
     # One attempt: its stream and its fallback; no retry started.
     assert probe.stream_calls == 1 and probe.complete_calls == 1
     assert_discarded(row, steps, by_kind, index=0, committed=0)

@@ -57,7 +57,7 @@ async def test_long_poll_is_empty_at_the_timeout():
     started = time.perf_counter()
     response = await client.get(f"/api/v1/runs/{run_id}/control?wait=0.2")
     assert response.status_code == 204 and response.content == b""
-    assert 0.2 <= time.perf_counter() - started < 2
+    assert time.perf_counter() - started >= 0.2  # it waited; an upper bound would be a timing test
 
 
 async def test_long_poll_wait_is_capped(monkeypatch):
