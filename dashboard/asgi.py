@@ -26,7 +26,12 @@ if not settings.DEBUG and not (settings.STATIC_ROOT / "staticfiles.json").exists
         " (run `python manage.py collectstatic --noinput`, or set STATIC_ROOT)"
     )
 
-application = ProtocolTypeRouter({"http": django_asgi, "websocket": websocket_application})
+from dashboard import limits  # noqa: E402
+
+# Bodies over RUNWARDEN_MAX_BODY_BYTES: 413 before daphne (or Django) buffers them.
+limits.guard_daphne(settings.RUNWARDEN_MAX_BODY_BYTES)
+http_application = limits.BodyLimit(django_asgi, settings.RUNWARDEN_MAX_BODY_BYTES)
+application = ProtocolTypeRouter({"http": http_application, "websocket": websocket_application})
 
 if settings.RUNWARDEN_EMBEDDED:
     # `make run`: workers and the demo feeder on this server's event loop.

@@ -11,6 +11,12 @@ def pytest_sessionstart(session):
     Before collection, then; incremental, so cheap when nothing changed. `scripts/test`
     points STATIC_ROOT at a folder of its own per run."""
     call_command("collectstatic", "--noinput", verbosity=0)
+    # The suite's race tests hold more connections at once (one per thread) than a
+    # server's pool allows; in-process tests connect directly. The pool itself is
+    # exercised by the daphne subprocesses of tests/dashboard/test_outage.py.
+    from django.conf import settings
+
+    settings.DATABASES["default"]["OPTIONS"].pop("pool", None)
 
 
 @pytest.fixture
