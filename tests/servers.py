@@ -65,11 +65,14 @@ class Server:
         self.sock.listen(128)
         self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
+        # stderr: the log (Python logging); stdout: daphne's access log, a stream of its own.
         self.log_path = tmp_path / f"{name}.log"
+        self.access_log_path = tmp_path / f"{name}.access.log"
         self._log = open(self.log_path, "wb")
+        self._access_log = open(self.access_log_path, "wb")
         self.process = subprocess.Popen(
             [DAPHNE, "--fd", str(self.sock.fileno()), "dashboard.asgi:application"],
-            env=env, cwd=BASE_DIR, stdout=self._log, stderr=subprocess.STDOUT, pass_fds=[self.sock.fileno()],
+            env=env, cwd=BASE_DIR, stdout=self._access_log, stderr=self._log, pass_fds=[self.sock.fileno()],
         )
 
     def client(self, **kwargs):
@@ -89,3 +92,4 @@ class Server:
                 self.process.wait(5)
         self.sock.close()
         self._log.close()
+        self._access_log.close()
