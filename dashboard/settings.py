@@ -116,6 +116,11 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
             "min_size": 1,
             "max_size": RUNWARDEN_DB_POOL_SIZE,
             "timeout": RUNWARDEN_DB_POOL_TIMEOUT_S,  # waiting for a free connection, then 503
+            # A connection that cannot be made is retried in the background with a
+            # doubling delay; past this the pool gives up and the next request tries at
+            # once. Kept short so the first requests after an outage find the database
+            # instead of waiting out a backoff that grew during it.
+            "reconnect_timeout": RUNWARDEN_DB_POOL_TIMEOUT_S,
         }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     VAR_DIR.mkdir(exist_ok=True)
@@ -259,6 +264,11 @@ LOGGING = {
     "loggers": {
         "django": {"handlers": [], "level": "INFO", "propagate": True},
         "django.server": {"handlers": [], "level": "INFO", "propagate": True},
+        # axes logs every successful log-in's reset at INFO; lockouts are WARNING.
+        "axes": {"level": "WARNING"},
+        # The pool warns on every failed attempt (several a second in an outage);
+        # dashboard.outage says it once on the way down and once on the way back.
+        "psycopg.pool": {"level": "ERROR"},
     },
 }
 
