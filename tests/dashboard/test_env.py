@@ -90,3 +90,17 @@ def test_channel_prefix_is_derived_from_the_database(tmp_path):
 
 def test_channel_prefix_from_the_environment_wins(tmp_path):
     assert prefix_of(tmp_path, RUNWARDEN_CHANNEL_PREFIX="blue") == "blue"
+
+
+def test_postgres_gets_a_bounded_pool_and_pgbouncer_turns_it_off(tmp_path):
+    import ast
+
+    url = {"DATABASE_URL": "postgres://rw@db.internal:5432/runwarden", "DEBUG": "1"}
+    default = ast.literal_eval(settings_of(tmp_path, ["DATABASES"], **url)["DATABASES"])["default"]
+    assert default["OPTIONS"]["pool"] == {"min_size": 1, "max_size": 4, "timeout": 5.0, "reconnect_timeout": 5.0}
+    assert default["CONN_HEALTH_CHECKS"] is True and default["CONN_MAX_AGE"] == 0
+    sized = ast.literal_eval(settings_of(tmp_path, ["DATABASES"], RUNWARDEN_DB_POOL_SIZE="7",
+                                         RUNWARDEN_DB_POOL_TIMEOUT_S="3", **url)["DATABASES"])["default"]
+    assert sized["OPTIONS"]["pool"]["max_size"] == 7 and sized["OPTIONS"]["pool"]["timeout"] == 3.0
+    bouncer = ast.literal_eval(settings_of(tmp_path, ["DATABASES"], RUNWARDEN_PGBOUNCER="1", **url)["DATABASES"])["default"]
+    assert "pool" not in bouncer["OPTIONS"] and bouncer["DISABLE_SERVER_SIDE_CURSORS"] is True
