@@ -4,6 +4,9 @@ import os
 import sys
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
+# A server's PostgreSQL connections come from a bounded pool (RUNWARDEN_DB_POOL_SIZE);
+# `manage.py` processes (workers, watchdog, CLI) connect directly unless told otherwise.
+os.environ.setdefault("RUNWARDEN_DB_POOL", "1")
 
 from dashboard.env import ConfigError  # noqa: E402
 

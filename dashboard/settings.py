@@ -111,7 +111,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
         # on the client (ClientCursor unless OPTIONS["server_side_binding"] is True) and
         # sets prepare_threshold=None (base.py get_connection_params), so it prepares none.
         database["DISABLE_SERVER_SIDE_CURSORS"] = True
-    elif env.boolean("RUNWARDEN_DB_POOL", True):
+    elif env.boolean("RUNWARDEN_DB_POOL"):
+        # On by default in servers only (dashboard/asgi.py sets RUNWARDEN_DB_POOL=1 unless
+        # the environment says otherwise): a worker budgets its connections with its own
+        # thread pool, and a pool smaller than its threads would make them wait.
         database["OPTIONS"]["pool"] = {
             "min_size": 1,
             "max_size": RUNWARDEN_DB_POOL_SIZE,

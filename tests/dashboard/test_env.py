@@ -95,7 +95,7 @@ def test_channel_prefix_from_the_environment_wins(tmp_path):
 def test_postgres_gets_a_bounded_pool_and_pgbouncer_turns_it_off(tmp_path):
     import ast
 
-    url = {"DATABASE_URL": "postgres://rw@db.internal:5432/runwarden", "DEBUG": "1"}
+    url = {"DATABASE_URL": "postgres://rw@db.internal:5432/runwarden", "DEBUG": "1", "RUNWARDEN_DB_POOL": "1"}
     default = ast.literal_eval(settings_of(tmp_path, ["DATABASES"], **url)["DATABASES"])["default"]
     assert default["OPTIONS"]["pool"] == {"min_size": 1, "max_size": 4, "timeout": 5.0, "reconnect_timeout": 5.0}
     assert default["CONN_HEALTH_CHECKS"] is True and default["CONN_MAX_AGE"] == 0
@@ -104,3 +104,17 @@ def test_postgres_gets_a_bounded_pool_and_pgbouncer_turns_it_off(tmp_path):
     assert sized["OPTIONS"]["pool"]["max_size"] == 7 and sized["OPTIONS"]["pool"]["timeout"] == 3.0
     bouncer = ast.literal_eval(settings_of(tmp_path, ["DATABASES"], RUNWARDEN_PGBOUNCER="1", **url)["DATABASES"])["default"]
     assert "pool" not in bouncer["OPTIONS"] and bouncer["DISABLE_SERVER_SIDE_CURSORS"] is True
+    # manage.py processes (workers) connect directly unless asked: servers turn it on.
+    direct = ast.literal_eval(settings_of(tmp_path, ["DATABASES"], **{**url, "RUNWARDEN_DB_POOL": "0"})["DATABASES"])
+    assert "pool" not in direct["default"]["OPTIONS"]
+
+
+def test_the_server_entry_point_turns_the_pool_on(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "RUNWARDEN_DB_POOL")}
+    env.update({"DATABASE_URL": "postgres://rw@db.internal:5432/runwarden", "SECRET_KEY": "x", "DEBUG": "0",
+                "RUNWARDEN_ENV_FILE": str(tmp_path / "none.env")})
+    code = "import dashboard.asgi; from django.conf import settings; print(settings.DATABASES['default']['OPTIONS'].get('pool'))"
+    done = subprocess.run([sys.executable, "-c", code], cwd=settings.BASE_DIR, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "'max_size': 4" in done.stdout
