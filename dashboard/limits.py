@@ -123,8 +123,8 @@ def guard_daphne(limit):
             self._refused = True
             path = getattr(self.channel, "_path", b"") or b""
             path = path.decode("latin-1").split("?", 1)[0]
-            log.warning("refused %s to %s from %s (limit %d)", what, path,
-                        self.getClientAddress().host if self.channel.transport else "?", self.max_body)
+            peer = getattr(self.getClientAddress(), "host", None) or "a unix socket"
+            log.warning("refused %s to %s from %s (limit %d)", what, path, peer, self.max_body)
             # No "100 Continue" after our answer: Twisted would send one next.
             self.requestHeaders.removeHeader(b"expect")
             content_type, body = _answer(path, self.max_body)

@@ -118,3 +118,20 @@ def test_the_server_entry_point_turns_the_pool_on(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "'max_size': 4" in done.stdout
+
+
+PROXY_SETTINGS = ["CSRF_TRUSTED_ORIGINS", "SECURE_PROXY_SSL_HEADER", "USE_X_FORWARDED_HOST", "SESSION_COOKIE_SECURE",
+                  "CSRF_COOKIE_SECURE", "SECURE_SSL_REDIRECT", "SECURE_HSTS_SECONDS"]
+
+
+def test_proxy_and_tls_settings_are_off_unless_asked(tmp_path):
+    off = settings_of(tmp_path, [n for n in PROXY_SETTINGS if n != "SECURE_PROXY_SSL_HEADER"], DEBUG="1")
+    assert off == {"CSRF_TRUSTED_ORIGINS": "[]", "USE_X_FORWARDED_HOST": "False", "SESSION_COOKIE_SECURE": "False",
+                   "CSRF_COOKIE_SECURE": "False", "SECURE_SSL_REDIRECT": "False", "SECURE_HSTS_SECONDS": "0"}
+    on = settings_of(tmp_path, PROXY_SETTINGS, DEBUG="1", CSRF_TRUSTED_ORIGINS="https://a.example, https://b.example:8443/",
+                     SECURE_PROXY_SSL_HEADER="1", USE_X_FORWARDED_HOST="yes", SECURE_COOKIES="1",
+                     SECURE_SSL_REDIRECT="on", SECURE_HSTS_SECONDS="3600")
+    assert on == {"CSRF_TRUSTED_ORIGINS": "['https://a.example', 'https://b.example:8443']",
+                  "SECURE_PROXY_SSL_HEADER": "('HTTP_X_FORWARDED_PROTO', 'https')", "USE_X_FORWARDED_HOST": "True",
+                  "SESSION_COOKIE_SECURE": "True", "CSRF_COOKIE_SECURE": "True", "SECURE_SSL_REDIRECT": "True",
+                  "SECURE_HSTS_SECONDS": "3600"}
