@@ -88,8 +88,8 @@ TEMPLATES = [
 DEFAULT_SQLITE = f"sqlite:///{VAR_DIR / 'runwarden.sqlite3'}"
 DATABASE_URL = env.url("DATABASE_URL", DEFAULT_SQLITE, schemes={"sqlite", "postgres", "postgresql"})
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
-# The connection budget of one process (server or worker): the same variable and default
-# the worker's thread pool reads (see `# --- engine`).
+# A server's connection budget (its psycopg pool's max size): the same variable and
+# default the worker's own thread pool reads (see `# --- engine`).
 RUNWARDEN_DB_POOL_SIZE = env.number("RUNWARDEN_DB_POOL_SIZE", 4, minimum=1, cast=int)
 RUNWARDEN_DB_POOL_TIMEOUT_S = env.number("RUNWARDEN_DB_POOL_TIMEOUT_S", 5.0, minimum=0.1)
 RUNWARDEN_PGBOUNCER = env.boolean("RUNWARDEN_PGBOUNCER")
