@@ -16,10 +16,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 run: install
-	DEBUG=$${DEBUG:-1} $(PY) manage.py migrate --noinput
-	DEBUG=$${DEBUG:-1} $(PY) manage.py ensure_operator
-	@echo "Runwarden: open http://127.0.0.1:$(PORT)/"
-	DEBUG=$${DEBUG:-1} RUNWARDEN_EMBEDDED=$${RUNWARDEN_EMBEDDED:-1} $(VENV)/bin/daphne -b 127.0.0.1 -p $(PORT) dashboard.asgi:application
+	PY=$(PY) PORT=$(PORT) scripts/run
 
 test: install
 	PY=$(PY) scripts/test

@@ -4,6 +4,9 @@ import os
 import sys
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
+# A server's PostgreSQL connections come from a bounded pool (RUNWARDEN_DB_POOL_SIZE);
+# `manage.py` processes (workers, watchdog, CLI) connect directly unless told otherwise.
+os.environ.setdefault("RUNWARDEN_DB_POOL", "1")
 
 from dashboard.env import ConfigError  # noqa: E402
 
@@ -26,7 +29,12 @@ if not settings.DEBUG and not (settings.STATIC_ROOT / "staticfiles.json").exists
         " (run `python manage.py collectstatic --noinput`, or set STATIC_ROOT)"
     )
 
-application = ProtocolTypeRouter({"http": django_asgi, "websocket": websocket_application})
+from dashboard import limits  # noqa: E402
+
+# Bodies over RUNWARDEN_MAX_BODY_BYTES: 413 before daphne (or Django) buffers them.
+limits.guard_daphne(settings.RUNWARDEN_MAX_BODY_BYTES)
+http_application = limits.BodyLimit(django_asgi, settings.RUNWARDEN_MAX_BODY_BYTES)
+application = ProtocolTypeRouter({"http": http_application, "websocket": websocket_application})
 
 if settings.RUNWARDEN_EMBEDDED:
     # `make run`: workers and the demo feeder on this server's event loop.

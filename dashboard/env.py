@@ -71,3 +71,38 @@ def networks(name, default):
         return [ipaddress.ip_network(v, strict=False) for v in values]
     except ValueError as error:
         raise ConfigError(f"{name}={raw!r}: {error}") from None
+
+
+def choice(name, default, choices):
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    value = raw.strip().lower()
+    if value not in choices:
+        raise ConfigError(f"{name}={raw!r} is not one of: {', '.join(sorted(choices))}")
+    return value
+
+
+def origins(name):
+    """A comma-separated list of origins (`https://host[:port]`), as CSRF_TRUSTED_ORIGINS
+    wants them: a scheme and a host, no path."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return []
+    values = [v.strip().rstrip("/") for v in raw.split(",") if v.strip()]
+    for value in values:
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.netloc or parts.path or parts.query:
+            raise ConfigError(f"{name}: {value!r} is not an origin like https://runwarden.example")
+    return values
+
+
+def channel_prefix(database):
+    """The default channel-layer prefix: `rw_` + a short hash of where the deployment's
+    database lives (host, port, name), so two deployments sharing one Redis (whose
+    pub/sub ignores the DB number) do not hear each other, and every process of one
+    deployment (servers, workers, watchdog) agrees without being told."""
+    import hashlib
+
+    where = f"{database.get('ENGINE', '')}|{database.get('HOST') or ''}|{database.get('PORT') or ''}|{database.get('NAME') or ''}"
+    return "rw_" + hashlib.sha256(where.encode()).hexdigest()[:12]

@@ -1,13 +1,14 @@
 """WebSocket routes: the dashboard's behind the session and an Origin check; the agent
 control channel (`ws/agent/…`, key-authenticated, no Origin: agents are not browsers)
-outside it."""
+outside it. The Origin check accepts ALLOWED_HOSTS and the proxy's public origins
+(CSRF_TRUSTED_ORIGINS)."""
 
 from channels.auth import AuthMiddlewareStack
 from channels.routing import URLRouter
-from channels.security.websocket import AllowedHostsOriginValidator
 from django.urls import path, re_path
 
 from dashboard import consumers
+from dashboard.origins import OriginCheck
 from runs.api.routing import agent_websocket_urlpatterns
 
 websocket_urlpatterns = [
@@ -17,5 +18,5 @@ websocket_urlpatterns = [
 
 websocket_application = URLRouter([
     *agent_websocket_urlpatterns,
-    re_path(r"", AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))),
+    re_path(r"", OriginCheck(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))),
 ])

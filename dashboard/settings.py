@@ -2,15 +2,20 @@
 environment names PostgreSQL (`DATABASE_URL`) and Redis (`REDIS_URL`)."""
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
 import django
 
-from dashboard import env
+from dashboard import env, envfile
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
+# `make run` writes var/runwarden.env (DEBUG=1, a generated SECRET_KEY) so `manage.py …`
+# works in this checkout as the README writes it. The environment wins: the file only
+# fills in what the environment does not set. RUNWARDEN_ENV_FILE names another file.
+envfile.load(os.environ.get("RUNWARDEN_ENV_FILE") or VAR_DIR / "runwarden.env")
 
 DEBUG = env.boolean("DEBUG")
 SECRET_KEY = os.environ.get("SECRET_KEY", "")
@@ -28,6 +33,8 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "axes",  # login throttling: failures per user name + client address
+    "csp",
     "servestatic",  # its system checks for the static-file settings
     "channels",
     "django_htmx",
@@ -39,7 +46,11 @@ if django.VERSION < (6, 0):  # partials are built into Django 6
     INSTALLED_APPS.append("template_partials")
 
 MIDDLEWARE = [
+    # Outermost: a database outage anywhere inside answers 503 (HTML, or JSON for the API
+    # and /metrics), never 500; async-capable like everything below it.
+    "dashboard.outage.DatabaseOutageMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     # Static files from this process, with DEBUG=0 too: hashed, compressed, cached forever.
     # ServeStatic (WhiteNoise's maintained fork) because its middleware is async: a sync
     # one would run every request, long-polls included, through Django's one
@@ -53,6 +64,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "axes.middleware.AxesMiddleware",  # last, as its docs ask: turns a lockout into its page
 ]
 
 ROOT_URLCONF = "dashboard.urls"
@@ -76,6 +88,43 @@ TEMPLATES = [
 DEFAULT_SQLITE = f"sqlite:///{VAR_DIR / 'runwarden.sqlite3'}"
 DATABASE_URL = env.url("DATABASE_URL", DEFAULT_SQLITE, schemes={"sqlite", "postgres", "postgresql"})
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
+# A server's connection budget (its psycopg pool's max size): the same variable and
+# default the worker's own thread pool reads (see `# --- engine`).
+RUNWARDEN_DB_POOL_SIZE = env.number("RUNWARDEN_DB_POOL_SIZE", 4, minimum=1, cast=int)
+RUNWARDEN_DB_POOL_TIMEOUT_S = env.number("RUNWARDEN_DB_POOL_TIMEOUT_S", 5.0, minimum=0.1)
+RUNWARDEN_PGBOUNCER = env.boolean("RUNWARDEN_PGBOUNCER")
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    database = DATABASES["default"]
+    database.setdefault("OPTIONS", {})
+    # A dead host answers within this, so an outage is a quick 503, not a hung request.
+    database["OPTIONS"]["connect_timeout"] = env.number("RUNWARDEN_DB_CONNECT_TIMEOUT_S", 5, minimum=1, cast=int)
+    # Broken connections are replaced, not reused: with the pool, Django passes
+    # psycopg_pool.ConnectionPool.check_connection as the pool's `check` when this is on
+    # (django/db/backends/postgresql/base.py; giving `check` in the pool options as well
+    # would be a duplicate argument), so a connection that died in an outage is tested
+    # and dropped at checkout instead of failing the first request after recovery.
+    database["CONN_HEALTH_CHECKS"] = True
+    if RUNWARDEN_PGBOUNCER:
+        # PgBouncer in transaction mode is the pool: no second pool in the process, and no
+        # server-side cursors (they outlive a transaction, which PgBouncer cannot follow).
+        # Prepared statements are no problem: Django's psycopg backend binds parameters
+        # on the client (ClientCursor unless OPTIONS["server_side_binding"] is True) and
+        # sets prepare_threshold=None (base.py get_connection_params), so it prepares none.
+        database["DISABLE_SERVER_SIDE_CURSORS"] = True
+    elif env.boolean("RUNWARDEN_DB_POOL"):
+        # On by default in servers only (dashboard/asgi.py sets RUNWARDEN_DB_POOL=1 unless
+        # the environment says otherwise): a worker budgets its connections with its own
+        # thread pool, and a pool smaller than its threads would make them wait.
+        database["OPTIONS"]["pool"] = {
+            "min_size": 1,
+            "max_size": RUNWARDEN_DB_POOL_SIZE,
+            "timeout": RUNWARDEN_DB_POOL_TIMEOUT_S,  # waiting for a free connection, then 503
+            # A connection that cannot be made is retried in the background with a
+            # doubling delay; past this the pool gives up and the next request tries at
+            # once. Kept short so the first requests after an outage find the database
+            # instead of waiting out a backoff that grew during it.
+            "reconnect_timeout": RUNWARDEN_DB_POOL_TIMEOUT_S,
+        }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     VAR_DIR.mkdir(exist_ok=True)
     DATABASES["default"]["OPTIONS"] = {
@@ -95,6 +144,10 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- channel layer ----------------------------------------------------------------------
 REDIS_URL = env.url("REDIS_URL", "", schemes={"redis", "rediss", "unix"})
+# Redis pub/sub ignores the DB number in REDIS_URL, so two deployments on one Redis are
+# kept apart by the prefix alone: by default one derived from the database this
+# deployment uses (`rw_` + a hash of its host, port and name).
+RUNWARDEN_CHANNEL_PREFIX = os.environ.get("RUNWARDEN_CHANNEL_PREFIX") or env.channel_prefix(DATABASES["default"])
 if REDIS_URL:
     # The pub/sub layer: lower latency and, unlike the core layer, it does not drop
     # group messages silently when a channel is over capacity.
@@ -102,13 +155,27 @@ if REDIS_URL:
         "default": {
             "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
             # A prefix per deployment (or per test suite) keeps group names apart.
-            "CONFIG": {"hosts": [REDIS_URL], "prefix": os.environ.get("RUNWARDEN_CHANNEL_PREFIX", "runwarden")},
+            "CONFIG": {"hosts": [REDIS_URL], "prefix": RUNWARDEN_CHANNEL_PREFIX},
         }
     }
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
 # --- auth, i18n, static -----------------------------------------------------------------
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",  # first: refuses a locked-out user name + address
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env.number("RUNWARDEN_LOGIN_FAILURES", 5, minimum=1, cast=int)
+AXES_COOLOFF_TIME = timedelta(seconds=env.number("RUNWARDEN_LOGIN_COOLOFF_S", 900.0, minimum=1))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "registration/locked.html"
+AXES_HTTP_RESPONSE_CODE = 429
+# The client's address: REMOTE_ADDR, or the forwarded one only when REMOTE_ADDR is a
+# proxy in RUNWARDEN_TRUSTED_PROXIES (else anyone could pick an address per attempt).
+AXES_CLIENT_IP_CALLABLE = "dashboard.clientip.client_ip"
+AXES_VERBOSE = False
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
@@ -129,12 +196,83 @@ STORAGES = {
     "staticfiles": {"BACKEND": "servestatic.storage.CompressedManifestStaticFilesStorage"},
 }
 
+# --- email (password reset only when a mail server is configured) ----------------------
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "")
+EMAIL_PORT = env.number("EMAIL_PORT", 587, minimum=1, cast=int)
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env.boolean("EMAIL_USE_TLS", True)
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "runwarden@localhost")
+
+# --- proxy, TLS, security headers -------------------------------------------------------
+# Behind a TLS proxy: the public origin(s), e.g. https://runwarden.example. Form posts and
+# the WebSocket Origin check accept them (as well as ALLOWED_HOSTS over plain http).
+CSRF_TRUSTED_ORIGINS = env.origins("CSRF_TRUSTED_ORIGINS")
+# Opt-in, only behind a proxy that sets (and overwrites) the header: believing a client's
+# own X-Forwarded-Proto would let it claim https.
+if env.boolean("SECURE_PROXY_SSL_HEADER"):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+USE_X_FORWARDED_HOST = env.boolean("USE_X_FORWARDED_HOST")
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env.boolean("SECURE_COOKIES")
+SECURE_SSL_REDIRECT = env.boolean("SECURE_SSL_REDIRECT")
+SECURE_REDIRECT_EXEMPT = [r"^metrics$"]  # scraped over plain http on the private side
+SECURE_HSTS_SECONDS = env.number("SECURE_HSTS_SECONDS", 0, cast=int)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.boolean("SECURE_HSTS_INCLUDE_SUBDOMAINS")
+SECURE_HSTS_PRELOAD = env.boolean("SECURE_HSTS_PRELOAD")
+# Proxies whose X-Forwarded-For names the client (login throttling); empty: none.
+RUNWARDEN_TRUSTED_PROXIES = env.networks("RUNWARDEN_TRUSTED_PROXIES", [])
+# Request bodies past this are refused with 413 before they are read (dashboard/limits.py).
+RUNWARDEN_MAX_BODY_BYTES = env.number("RUNWARDEN_MAX_BODY_BYTES", 2 * 1024 * 1024, minimum=1024, cast=int)
+# No inline script or style anywhere: htmx's indicator <style> is off (base.html's
+# htmx-config) and live.js is a file. The WebSocket is same-origin, which 'self' covers.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    },
+}
+
+# --- logging ----------------------------------------------------------------------------
+# One handler, on the root logger: daphne's own (basicConfig) is replaced, and every
+# logger propagates to it, so each line is printed once. Expected refusals (a bad Host,
+# a CSRF failure) are one line without a traceback. RUNWARDEN_LOG_FORMAT=json: one JSON
+# object per line.
+RUNWARDEN_LOG_FORMAT = env.choice("RUNWARDEN_LOG_FORMAT", "plain", {"plain", "json"})
+RUNWARDEN_LOG_LEVEL = env.choice("RUNWARDEN_LOG_LEVEL", "info", {"debug", "info", "warning", "error"}).upper()
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "loggers": {"runs": {"handlers": ["console"], "level": "INFO", "propagate": True}},
+    "filters": {"refusals": {"()": "dashboard.logs.ExpectedRefusals"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {
+            "()": "pythonjsonlogger.json.JsonFormatter",
+            "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s",
+            "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"},
+        },
+    },
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": RUNWARDEN_LOG_FORMAT, "filters": ["refusals"]},
+    },
+    "root": {"handlers": ["console"], "level": RUNWARDEN_LOG_LEVEL},
+    # Django's defaults give "django" a handler of its own (printing twice with DEBUG)
+    # and mail_admins; here it only propagates.
+    "loggers": {
+        "django": {"handlers": [], "level": "INFO", "propagate": True},
+        "django.server": {"handlers": [], "level": "INFO", "propagate": True},
+        # axes logs every successful log-in's reset at INFO; lockouts are WARNING.
+        "axes": {"level": "WARNING"},
+        # The pool warns on every failed attempt (several a second in an outage);
+        # dashboard.outage says it once on the way down and once on the way back.
+        "psycopg.pool": {"level": "ERROR"},
+    },
 }
 
 # --- runwarden ------------------------------------------------------------------------

@@ -1,3 +1,5 @@
+import os
+
 import pytest
 from django.core.management import call_command
 from django.db import connection
@@ -11,6 +13,13 @@ def pytest_sessionstart(session):
     Before collection, then; incremental, so cheap when nothing changed. `scripts/test`
     points STATIC_ROOT at a folder of its own per run."""
     call_command("collectstatic", "--noinput", verbosity=0)
+
+
+# The suite's race tests and worker subprocesses hold more connections at once (one per
+# thread) than a server's pool allows: they connect directly, even after a test imported
+# dashboard.asgi (which turns the pool on for servers). The pool itself is exercised by
+# the daphne subprocesses of tests/dashboard/test_outage.py, which ask for it.
+os.environ["RUNWARDEN_DB_POOL"] = "0"
 
 
 @pytest.fixture

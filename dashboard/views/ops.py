@@ -13,7 +13,7 @@ from django.urls import reverse
 from django.utils.crypto import constant_time_compare
 from django.views.decorators.http import require_GET, require_http_methods
 
-from dashboard import charts, listing, runview
+from dashboard import charts, clientip, listing, runview
 from runs import audit, bulk, metrics, overview, triage
 from runs.models import Run
 from runs.transitions import parse_id
@@ -155,8 +155,10 @@ def overview_page(request):
 
 
 def metrics_view(request):
-    """Prometheus text. Allowed with `Authorization: Bearer <RUNWARDEN_METRICS_TOKEN>` or
-    from an address in RUNWARDEN_METRICS_ALLOW; 403 otherwise (no login: it is a scraper)."""
+    """Prometheus text. Allowed with `Authorization: Bearer <RUNWARDEN_METRICS_TOKEN>`, or
+    from an address in RUNWARDEN_METRICS_ALLOW when the request did not come through a
+    proxy (no X-Forwarded-For / Forwarded / X-Real-IP); 403 otherwise (no login: it is a
+    scraper)."""
     if not _metrics_allowed(request):
         return HttpResponse("forbidden: bearer token or allowlisted address required\n", status=403,
                             content_type="text/plain")
@@ -168,6 +170,10 @@ def _metrics_allowed(request):
     header = request.headers.get("Authorization", "")
     if token and header.startswith("Bearer ") and constant_time_compare(header[7:].strip(), token):
         return True
+    if clientip.forwarded(request):
+        # Came through a proxy: REMOTE_ADDR is the proxy's (often 127.0.0.1), not the
+        # client's, so the address proves nothing; only the token does.
+        return False
     try:
         address = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))
     except ValueError:

@@ -8,7 +8,7 @@ with a 4xx; nothing a client sends should reach the generic 500 handler.
 import logging
 
 from django.core.exceptions import RequestDataTooBig
-from django.db import DataError
+from django.db import DataError, InterfaceError, OperationalError
 from django.http import Http404
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
@@ -85,6 +85,13 @@ def install(api):
         # A value the database cannot hold (a total past its column's range, say).
         log.info("agent API: database refused a value: %s", exc)
         return respond(request, ApiError(422, "a value is out of the range the database can store", code="out_of_range"))
+
+    @api.exception_handler(OperationalError)
+    @api.exception_handler(InterfaceError)
+    def on_outage(request, exc):
+        # A database outage is not a bug: let it through to the server's outage handling
+        # (dashboard.outage answers 503 `database_unavailable` with Retry-After).
+        raise exc
 
     @api.exception_handler(Exception)
     def on_bug(request, exc):

@@ -139,6 +139,23 @@ def test_metrics_from_allowlisted_address(settings):
     assert Client(REMOTE_ADDR="127.0.0.2").get("/metrics").status_code == 403
 
 
+@pytest.mark.parametrize("header", [
+    {"HTTP_X_FORWARDED_FOR": "203.0.113.7"},
+    {"HTTP_FORWARDED": "for=203.0.113.7;proto=https"},
+    {"HTTP_X_REAL_IP": "203.0.113.7"},
+])
+def test_metrics_through_a_same_host_proxy_needs_the_token(settings, db, header):
+    """nginx on this machine connects from 127.0.0.1: the address says nothing about who
+    asked, so a forwarded request needs the token even from an allowlisted address."""
+    import ipaddress
+
+    settings.RUNWARDEN_METRICS_TOKEN = "s3cret"
+    settings.RUNWARDEN_METRICS_ALLOW = [ipaddress.ip_network("127.0.0.1")]
+    client = Client(REMOTE_ADDR="127.0.0.1")
+    assert client.get("/metrics", **header).status_code == 403
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer s3cret", **header).status_code == 200
+
+
 def test_list_offers_bulk_by_filter_only_when_filtered(op_client, running):
     running(agent="alpha")
     assert "every run matching the filters" not in op_client.get("/").content.decode()

@@ -69,7 +69,6 @@ def through_pgbouncer(postgres, tmp_path):
             SECRET_KEY=settings.SECRET_KEY, ALLOWED_HOSTS="127.0.0.1", STATIC_ROOT=str(settings.STATIC_ROOT),
             RUNWARDEN_WORKSPACE=str(tmp_path / "workspace"), RUNWARDEN_WORKER_CONCURRENCY="4",
             RUNWARDEN_HEARTBEAT_S="0.2", RUNWARDEN_CLAIM_POLL_S="0.1",
-            DJANGO_SETTINGS_MODULE="tests.deploy.pgbouncer_settings",  # see that module: temporary
         )
         for name in ("1", "2"):
             (argv,) = unit_commands("runwarden-worker@.service", instance=name, env=env)
