@@ -1,9 +1,11 @@
 """One claimed run, start to finish: listen for cancels, heartbeat, run the engine,
 and `finalize()` on every exit path.
 
-Cancel delivery: the fast path is the run's control group on the channel layer
-(`run.cancel` fires the signal at once); the slow path is each heartbeat's answer, so
-a cancel lands even with the channel layer down. `finalize()` settles through the
+Cancel delivery: the fast path is the run's control group, heard on the worker's
+control plane (`runs.agent.control`: a connection of its own, apart from the deltas),
+where `run.cancel` fires the signal at once; the slow path is the worker's batched
+heartbeat (`runs.agent.heartbeats`), whose answer carries pending cancels, so a cancel
+lands even with the channel layer down. `finalize()` settles through the
 transitions (which resolve still-queued inputs as cancelled, exactly once), releases
 the listener and the heartbeat, and re-arms the signal last: a cancel that fired
 before the run started ends that run cancelled (checkpoint 10), and the next run on the
@@ -16,12 +18,14 @@ import time
 from dataclasses import dataclass, field
 
 from django.db import transaction
-from django.utils import timezone
 
-from runs import events, groups, transitions
+from runs import events, transitions
 from runs.agent import outcomes, providers
 from runs.agent.breaker import Breakers
 from runs.agent.config import EngineConfig
+from runs.agent.control import control_for
+from runs.agent.deltas import DeltaPublisher
+from runs.agent.heartbeats import Heartbeats
 from runs.agent.loop import Engine, Stats
 from runs.agent.progress import Progress
 from runs.agent.providers.base import SimulatedDeath
@@ -36,13 +40,33 @@ class WorkerContext:
 
     worker_id: str
     db: object  # DbPool
-    fastpath: object  # FastPath
+    fastpath: object  # FastPath: the layer, and the worker's own subscriptions
     config: EngineConfig
     breakers: Breakers
     stats: Stats = field(default_factory=Stats)
     provider_for: object = providers.for_run  # (run) -> Provider
     tools: object = None  # () -> {name: Tool}; None for the built-ins
     policy: object = None  # (call) -> refusal or None
+    # The two planes and the heartbeat, one each per worker. Built from `fastpath` on
+    # first use when not given (a test may swap `fastpath` before its first run).
+    control: object = None  # RedisControl | LayerControl
+    deltas: object = None  # DeltaPublisher
+    beats: object = None  # Heartbeats
+
+    def planes(self):
+        layer = self.fastpath.layer if self.fastpath is not None else None
+        if self.control is None:
+            self.control = control_for(layer, worker_id=self.worker_id)
+        if self.deltas is None:
+            self.deltas = DeltaPublisher(layer, hz=self.config.progress_hz)
+        if self.beats is None:
+            self.beats = Heartbeats(worker_id=self.worker_id, db=self.db, interval_s=self.config.heartbeat_s)
+        return self
+
+    async def aclose(self):
+        for part in (self.beats, self.deltas, self.control):
+            if part is not None:
+                await part.close()
 
 
 @dataclass
@@ -52,6 +76,7 @@ class RunState:
     # How the cancel arrived: channel | heartbeat | commit refused (the database guard
     # saw it first) | shutdown | dispatch | lost.
     cancel_via: str = ""
+    deadline: object = None  # the run's deadline: past it, the heartbeat asks for a cancel
     lost: bool = False
     fired_at: float = 0.0  # monotonic: when the cancel reached this worker
 
@@ -65,11 +90,15 @@ class RunState:
 async def execute(run, *, signal, ctx, state=None):
     """Run `run` (claimed by `ctx.worker_id`) to its end and settle it. Returns the Outcome."""
     state = state or RunState(run.id, signal)
-    progress = Progress(run.id, ctx.fastpath, hz=ctx.config.progress_hz, step=run.steps)
-    listen = Listener(groups.control(run.id), _control_handler(state, progress, ctx), ctx.fastpath)
-    await listen.ensure()
-    await _beat(run, state, ctx)  # a cancel asked between claim and subscribe lands here
-    beats = asyncio.ensure_future(_heartbeats(run, state, ctx, listen))
+    state.deadline = run.deadline
+    ctx.planes()
+    progress = Progress(run.id, ctx.deltas, step=run.steps)
+    link = Link(run.id, state, ctx)
+    await ctx.control.listen(run.id, _control_handler(state, progress, ctx))
+    # Subscribed (or the layer is down): a cancel asked between claim and subscribe is
+    # in the row, and heard here rather than one interval later.
+    ctx.beats.add(state, run.deadline)
+    await ctx.beats.beat_now([state])
     provider = engine = None
     outcome = outcomes.CANCELLED
     try:
@@ -97,7 +126,7 @@ async def execute(run, *, signal, ctx, state=None):
             outcome = outcomes.LOST
         await finalize(run, outcome, state=state, ctx=ctx, totals=engine.totals if engine else None,
                        discarded=engine.discarded if engine else None,
-                       tasks=[beats], closers=[listen, progress, provider])
+                       closers=[link, progress, provider])
     return outcome
 
 
@@ -154,55 +183,24 @@ def _discard_and_settle(run_id, worker_id, outcome, totals, discarded):
 
 
 def _control_handler(state, progress, ctx):
+    # Runs on the control plane's reader: nothing here may wait.
     def handle(message):
         kind = message.get("type")
         if kind == "run.cancel":
             state.fire("channel")
         elif kind == "run.resync" and message.get("reply_channel"):
-            return ctx.fastpath.send(message["reply_channel"], progress.snapshot())
-        return None
+            ctx.deltas.send(message["reply_channel"], progress.snapshot())
 
     return handle
 
 
-class Listener:
-    """The run's control-group subscription; retried on heartbeats while the fast
-    path is down, so a run outlives a Redis restart with its fast path back."""
+class Link:
+    """The run's place on the worker's control plane and heartbeat; closed by
+    finalize() before the signal is re-armed, so neither can fire the next run's."""
 
-    def __init__(self, group, handler, fastpath):
-        self.group, self.handler, self.fastpath = group, handler, fastpath
-        self.subscription = None
-
-    async def ensure(self):
-        if self.subscription is None and self.fastpath.available:
-            self.subscription = await self.fastpath.subscribe(self.group, self.handler)
+    def __init__(self, run_id, state, ctx):
+        self.run_id, self.state, self.ctx = run_id, state, ctx
 
     async def close(self):
-        if self.subscription is not None:
-            await self.subscription.close()
-
-
-async def _heartbeats(run, state, ctx, listen):
-    while True:
-        await asyncio.sleep(ctx.config.heartbeat_s)
-        await _beat(run, state, ctx)
-        await listen.ensure()
-
-
-async def _beat(run, state, ctx):
-    try:
-        beat = await ctx.db.call(transitions.heartbeat, run.id, worker=ctx.worker_id)
-    except Exception as error:  # noqa: BLE001 - a missed beat is retried next interval
-        log.warning("run %s: heartbeat failed: %s", run.id, error)
-        return
-    if not beat.held:
-        state.lost = True
-        state.fire("lost")
-    elif beat.cancel_requested:
-        state.fire("heartbeat")
-    elif run.deadline is not None and timezone.now() >= run.deadline:
-        await ctx.db.call(
-            transitions.request_cancel, run.id, by="watchdog",
-            source=Run.CancelSource.WATCHDOG, note="deadline passed",
-        )
-        state.fire("heartbeat")
+        self.ctx.control.forget(self.run_id)
+        self.ctx.beats.remove(self.state)

@@ -5,7 +5,11 @@ inside any event loop (`run_agents` standalone, or the server's loop when embedd
 claiming runs of `agents`: by default those it has a provider for (`scripted`,
 `openai`), so a run meant for an external agent (agent API) is never taken here.
 Each of the `concurrency` slots owns a CancelSignal that its runs use in turn (the
-runner re-arms it after each run). A new queued run wakes an idle worker through the
+runner re-arms it after each run). Whatever the concurrency, the worker holds a fixed
+number of things: `db_pool_size` database connections plus the urgent lane's
+(RUNWARDEN_DB_POOL_SIZE; runs' database calls queue for them), one control-plane
+connection that hears every run's cancels, one data-plane connection that publishes
+every run's deltas in batches, and one heartbeat statement per interval for all runs. A new queued run wakes an idle worker through the
 channel layer when it is up; otherwise the worker polls every `claim_poll_s`.
 
 Shutdown (stop set, e.g. on SIGTERM): claim nothing more, let running runs finish
@@ -33,6 +37,8 @@ log = logging.getLogger(__name__)
 
 # After the grace and the shutdown cancels, how long runs get to reach a checkpoint.
 CANCEL_WAIT_S = 5.0
+# Database threads (connections) kept apart for cancels' settles and the heartbeat.
+URGENT_LANE = 2
 
 
 class Worker:
@@ -57,14 +63,14 @@ class Worker:
         # to it; with Redis, runs.broadcast sends from its own long-lived publisher loop.
         local = isinstance(fastpath.layer, InMemoryChannelLayer)
         db = self._db or DbPool(
-            size=min(self.concurrency + 2, 32), name=f"rw-db-{self.worker_id}",
+            size=self.config.db_pool_size, urgent_size=URGENT_LANE, name=f"rw-db-{self.worker_id}",
             broadcast_loop="caller" if local else None,
         )
         self.ctx = WorkerContext(
             worker_id=self.worker_id, db=db, fastpath=fastpath, config=self.config,
             breakers=Breakers(threshold=self.config.breaker_threshold, reset_s=self.config.breaker_reset_s),
             **self._extras,
-        )
+        ).planes()
         idle = [CancelSignal() for _ in range(self.concurrency)]
         freed, wake = asyncio.Event(), asyncio.Event()
         listing = await self.ctx.fastpath.subscribe(
@@ -96,6 +102,7 @@ class Worker:
             await self._shutdown()
             if listing is not None:
                 await listing.close()
+            await self.ctx.aclose()
             if self._db is None:
                 await db.aclose()
             log.info("worker %s stopped", self.worker_id)
