@@ -211,14 +211,17 @@ class LayerControl:
     """A subscription per run through the layer's groups (the in-memory layer)."""
 
     def __init__(self, layer):
-        self.fastpath = FastPath(layer)
+        # None: no fast path at all (FastPath(None) would mean "the default layer").
+        self.fastpath = FastPath(layer) if layer is not None else None
         self._subscriptions = {}  # run id -> Subscription
 
     @property
     def available(self):
-        return self.fastpath.available
+        return self.fastpath is not None and self.fastpath.available
 
     async def listen(self, run_id, handler):
+        if self.fastpath is None:
+            return False
         key = str(run_id)
         subscription = await self.fastpath.subscribe(groups.control(run_id), _Guarded(self, key, handler))
         if subscription is None:

@@ -28,6 +28,8 @@ class Heartbeats:
         self._runs = {}  # run id -> (RunState, deadline or None)
         self._loop = None
         self._deadlines = set()  # run ids whose deadline cancel is in flight
+        self._gathering = None  # (run ids, task) of the welcome beat being gathered
+        self._welcoming = None  # the last welcome beat's task
         self.beats = 0  # statements sent; tests read it
 
     def add(self, state, deadline=None):
@@ -42,10 +44,28 @@ class Heartbeats:
         if entry is not None and entry[0] is state:
             del self._runs[state.run_id]
 
-    async def beat_now(self, states):
-        """Beat `states` at once (a run just subscribed: a cancel asked between its claim
-        and its subscription is heard here, not an interval later)."""
-        await self._beat([s.run_id for s in states])
+    async def welcome(self, state):
+        """Beat a run that just started (and subscribed) without waiting an interval: a
+        cancel asked between its claim and its subscription is heard here. Runs that
+        start together share one statement: the batch gathers while the previous one
+        is in flight, so 250 runs claimed in a burst cost a handful of statements."""
+        ids, batch = self._gather()
+        ids.append(state.run_id)
+        await asyncio.shield(batch)
+
+    def _gather(self):
+        if self._gathering is None:
+            ids = []
+            batch = asyncio.ensure_future(self._welcome_batch(ids, self._welcoming))
+            self._gathering, self._welcoming = (ids, batch), batch
+        return self._gathering
+
+    async def _welcome_batch(self, ids, before):
+        if before is not None:  # one welcome batch in flight at a time; meanwhile this one gathers
+            await asyncio.gather(before, return_exceptions=True)
+        if self._gathering is not None and self._gathering[0] is ids:
+            self._gathering = None  # closed: later runs gather into the next batch
+        await self._beat(list(ids))
 
     async def close(self):
         loop, self._loop = self._loop, None

@@ -98,7 +98,7 @@ async def execute(run, *, signal, ctx, state=None):
     # Subscribed (or the layer is down): a cancel asked between claim and subscribe is
     # in the row, and heard here rather than one interval later.
     ctx.beats.add(state, run.deadline)
-    await ctx.beats.beat_now([state])
+    await ctx.beats.welcome(state)
     provider = engine = None
     outcome = outcomes.CANCELLED
     try:

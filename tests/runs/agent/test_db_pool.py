@@ -44,3 +44,62 @@ async def test_errors_reach_the_caller_and_a_closed_pool_refuses_calls():
     pool.close()
     with pytest.raises(RuntimeError):
         await pool.call(lambda: None)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_worker_with_concurrency_200_keeps_to_its_connection_budget(config, transactional_db):
+    """200 live runs on a pool of 4 (+ the urgent lane's 2): their database calls queue
+    for the pool, all 200 are live at once, all 200 end when cancelled (through the one
+    batched heartbeat: no fast path here), and on PostgreSQL the worker never holds
+    more than 6 connections (counted by the server, for this test database only)."""
+    import dataclasses
+
+    from django.db import connection
+
+    from runs import transitions
+    from runs.agent.fastpath import FastPath
+    from runs.agent.worker import URGENT_LANE, Worker
+    from runs.models import Run
+
+    config = dataclasses.replace(config, db_pool_size=4, heartbeat_s=0.2)
+    name = connection.settings_dict["NAME"]
+
+    def open_connections():
+        if connection.vendor != "postgresql":
+            return 0
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s", [name])
+            return cursor.fetchone()[0]
+
+    def count(status):
+        return Run.objects.filter(pk__in=ids, status=status).count()
+
+    # Slow streams (5 tokens a second, ~60 s): all 200 are still live when the last is claimed.
+    script = [{"say": " ".join(f"w{i}" for i in range(300)), "token_delay_ms": 200}]
+    # The test's own calls on one thread (one connection), opened before the baseline.
+    pool = DbPool(size=1, urgent_size=1, name="rw-test-budget")
+    ids = await pool.call(lambda: [transitions.create_run(agent="scripted", input={"script": script}).id for _ in range(200)])
+    await pool.urgent(open_connections)
+    baseline = await pool.call(open_connections)  # the test's own connections only
+    worker = Worker("w-budget", config=config, concurrency=200, fastpath=FastPath.off())
+    stop = asyncio.Event()
+    task = asyncio.ensure_future(worker.serve(stop))
+    peak = 0
+
+    async def sample_until(status):
+        nonlocal peak
+        while await pool.call(count, status) < len(ids):
+            peak = max(peak, await pool.call(open_connections) - baseline)
+            assert not task.done(), "the worker stopped"
+            await asyncio.sleep(0.05)  # a sampling clock: a connection count has no event
+
+    try:
+        await asyncio.wait_for(sample_until("running"), 50)
+        for run_id in ids:
+            await pool.call(transitions.request_cancel, run_id, by="op")
+        await asyncio.wait_for(sample_until("cancelled"), 50)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)
+        await pool.aclose()
+    assert peak <= 4 + URGENT_LANE
