@@ -17,7 +17,8 @@ data plane (`runs.agent.deltas`):
 
 `await control.listen(run_id, handler)` returns once Redis has confirmed the
 subscription (True), so a cancel requested after it is heard; a cancel requested
-before it is in the row, which the caller reads next. False when the layer is down.
+before it is in the row, which the caller reads next. False at once when the layer is
+known to be down (the run is subscribed when it comes back), or after SUBSCRIBE_WAIT_S.
 `control.forget(run_id)` is synchronous for the handler: after it no message of that
 run reaches it.
 """
@@ -89,6 +90,7 @@ class RedisControl:
         self._pubsub = None
         self._connected = asyncio.Event()
         self._reader = None
+        self._down = False  # the last connection attempt failed; the reader retries
         self.connected_at = 0.0  # monotonic; tests and logs read it
 
     @property
@@ -99,6 +101,8 @@ class RedisControl:
         channel = group_channel(self.prefix, groups.control(run_id))
         self._handlers[channel] = handler
         self._ensure_reader()
+        if self._down:  # known down: no run waits on it; the reader subscribes it once back
+            return False
         confirmed = self._confirmed[channel] = asyncio.get_running_loop().create_future()
         if self._connected.is_set():
             try:
@@ -154,6 +158,7 @@ class RedisControl:
                 await asyncio.wait_for(pubsub.subscribe(self._own, *held), SUBSCRIBE_WAIT_S)
                 self._pubsub = pubsub
                 self._connected.set()
+                self._down = False
                 if set(self._handlers) - held:  # runs that started while we connected
                     await pubsub.subscribe(*(set(self._handlers) - held))
                 self.connected_at = time.monotonic()
@@ -167,6 +172,7 @@ class RedisControl:
             except asyncio.CancelledError:
                 raise
             except Exception as error:  # noqa: BLE001 - reconnect; heartbeats carry cancels meanwhile
+                self._down = True
                 if self._connected.is_set() or backoff == 0.05:
                     log.warning("control plane unavailable (%s: %s); relying on heartbeats", type(error).__name__, error)
             finally:

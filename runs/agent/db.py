@@ -7,6 +7,11 @@ settle could queue behind a wave of heartbeats. Here each pool thread keeps its 
 connection and closes it when the pool shuts down (so a test database can be dropped),
 or at once after a database error (so a dead connection is not reused).
 
+The pool is the worker's whole connection budget: `size` threads (RUNWARDEN_DB_POOL_SIZE)
+plus the urgent lane's, each holding at most one connection, whatever the worker's
+concurrency. 250 runs' calls queue on 4 threads; a cancel's settle and the heartbeat
+take the urgent lane, so they never queue behind a wave of commits.
+
 With the in-memory channel layer (embedded in the server), the transitions' after-commit
 broadcasts (`async_to_sync(group_send)`) must run on the loop that owns its queues:
 `broadcast_loop="caller"` tells asgiref, per call as `sync_to_async` does, to use the
