@@ -7,8 +7,9 @@ worker no longer holds (retired, reaped, taken over) is marked lost and stopped;
 past its deadline gets a cancel requested as the watchdog would.
 
 The loop runs while some run is registered and ends with the last one (a Worker starts
-it again with its next run). The beat goes on the database pool's urgent lane: one
-statement a second must not queue behind a wave of step commits.
+it again with its next run). The periodic beat goes on the database pool's urgent lane:
+one statement a second must not queue behind a wave of step commits. A starting run's
+welcome beat goes on the regular lane, batched with the runs starting with it.
 """
 
 import asyncio
@@ -65,7 +66,9 @@ class Heartbeats:
             await asyncio.gather(before, return_exceptions=True)
         if self._gathering is not None and self._gathering[0] is ids:
             self._gathering = None  # closed: later runs gather into the next batch
-        await self._beat(list(ids))
+        # The regular lane: runs start in bursts (a worker filling 250 slots), and the
+        # urgent lane is for cancels' settles, which may be arriving at the same time.
+        await self._beat(list(ids), lane=self.db.call)
 
     async def close(self):
         loop, self._loop = self._loop, None
@@ -79,9 +82,9 @@ class Heartbeats:
             if self._runs:
                 await self._beat(list(self._runs))
 
-    async def _beat(self, run_ids):
+    async def _beat(self, run_ids, lane=None):
         try:
-            answers = await self.db.urgent(transitions.heartbeat_many, run_ids, worker=self.worker_id)
+            answers = await (lane or self.db.urgent)(transitions.heartbeat_many, run_ids, worker=self.worker_id)
         except asyncio.CancelledError:
             raise
         except Exception as error:  # noqa: BLE001 - a missed beat is retried next interval

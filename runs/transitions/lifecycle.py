@@ -118,10 +118,15 @@ def heartbeat(run_id, *, worker):
 
 def heartbeat_many(run_ids, *, worker):
     """Beat every run of `run_ids` that `worker` holds, in one statement on PostgreSQL
-    (an UPDATE inside a CTE, then the rows read from the same snapshot), an UPDATE and
-    one SELECT elsewhere. Returns {run_id: Heartbeat} for every id asked about: a run
-    that is terminal, held by another worker or unknown comes back not held (unknown:
-    status ""). The answer carries pending cancels: the slow path for a whole worker."""
+    (an UPDATE inside a CTE, the rows read in the same statement), an UPDATE and one
+    SELECT elsewhere. Returns {run_id: Heartbeat} for every id asked about: a run that
+    is terminal, held by another worker or unknown comes back not held (unknown: status
+    ""). The answer carries pending cancels: the slow path for a whole worker.
+
+    On PostgreSQL a row locked at that instant by another transaction (a step commit, a
+    settle, a cancel request) is not waited for: it is answered from the statement's
+    snapshot and beaten next interval. Waiting would chain every settle queued behind
+    the beat's row locks onto the slowest transaction of any of the worker's runs."""
     ids = {}  # parsed id -> the ids as the caller gave them
     for run_id in run_ids:
         ids.setdefault(parse_id(run_id), []).append(run_id)
@@ -141,20 +146,25 @@ def heartbeat_many(run_ids, *, worker):
 
 def _beat_postgresql(ids, worker):
     table = Run._meta.db_table
-    # The outer SELECT reads the snapshot from before the UPDATE: status and the cancel
-    # request are what the UPDATE's guard saw, and `beat.id` says whether it moved.
+    # The outer SELECT reads the statement's snapshot (from before the UPDATE): status,
+    # owner and the cancel request as the guard saw them. SKIP LOCKED: see above.
     sql = f"""
         WITH beat AS (
             UPDATE {table} SET heartbeat_at = STATEMENT_TIMESTAMP()
-            WHERE id = ANY(%s) AND worker = %s AND status = ANY(%s)
+            WHERE id IN (
+                SELECT id FROM {table}
+                WHERE id = ANY(%(ids)s) AND worker = %(worker)s AND status = ANY(%(live)s)
+                FOR UPDATE SKIP LOCKED
+            )
             RETURNING id
         )
-        SELECT r.id, r.status, r.cancel_requested_at IS NOT NULL, beat.id IS NOT NULL
+        SELECT r.id, r.status, r.cancel_requested_at IS NOT NULL,
+               beat.id IS NOT NULL OR (r.worker = %(worker)s AND r.status = ANY(%(live)s))
         FROM {table} r LEFT JOIN beat ON beat.id = r.id
-        WHERE r.id = ANY(%s)
+        WHERE r.id = ANY(%(ids)s)
     """
     with connection.cursor() as cursor:
-        cursor.execute(sql, [ids, worker, list(ALLOWED_FROM["heartbeat"]), ids])
+        cursor.execute(sql, {"ids": ids, "worker": worker, "live": list(ALLOWED_FROM["heartbeat"])})
         return cursor.fetchall()
 
 

@@ -76,3 +76,40 @@ def test_heartbeat_many_is_one_statement_for_many_runs_on_postgresql(run_in):
     # PostgreSQL: one UPDATE … RETURNING inside a CTE. Elsewhere an UPDATE and one SELECT.
     assert len(statements) == (1 if connection.vendor == "postgresql" else 2), statements
     assert "UPDATE" in statements[0].upper()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_heartbeat_many_never_waits_for_a_row_another_transaction_holds(run_in, postgres):
+    import threading
+
+    from django.db import connections, transaction
+
+    busy, free = run_in("running"), run_in("running")
+    age([busy, free])
+    locked, release = threading.Event(), threading.Event()
+
+    def hold():  # a step commit (or a settle) of `busy`, mid-transaction
+        try:
+            with transaction.atomic():
+                list(Run.objects.select_for_update().filter(pk=busy.id))
+                locked.set()
+                release.wait(30)
+        finally:
+            connections.close_all()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert locked.wait(10)
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '5s'")  # waiting would fail the test, not hang it
+        answers = transitions.heartbeat_many([busy.id, free.id], worker="w1")
+        with connection.cursor() as cursor:
+            cursor.execute("RESET lock_timeout")
+    finally:
+        release.set()
+        holder.join(10)
+    # Answered from the snapshot (held, no cancel), beaten next interval; the free one now.
+    assert answers[busy.id].held and answers[free.id].held
+    assert Run.objects.get(pk=busy.id).heartbeat_at == STALE
+    assert Run.objects.get(pk=free.id).heartbeat_at > STALE
