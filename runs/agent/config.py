@@ -25,7 +25,7 @@ class EngineConfig:
     breaker_reset_s: float = 30.0
     shutdown_grace_s: float = 10.0
     claim_poll_s: float = 0.5
-    db_pool_size: int = 4  # a worker's database connections, besides its urgent lane's
+    db_pool_size: int = 8  # a worker's database connections, all told (half: the urgent lane)
     denied_tools: tuple = ("shell",)
     workspace: Path = field(default_factory=lambda: Path("var/workspace"))
 

@@ -48,17 +48,17 @@ async def test_errors_reach_the_caller_and_a_closed_pool_refuses_calls():
 
 @pytest.mark.django_db(transaction=True)
 async def test_a_worker_with_concurrency_200_keeps_to_its_connection_budget(config, transactional_db):
-    """200 live runs on a pool of 4 (+ the urgent lane's 2): their database calls queue
+    """200 live runs on a budget of 4 connections (2 regular, 2 urgent): their calls queue
     for the pool, all 200 are live at once, all 200 end when cancelled (through the one
     batched heartbeat: no fast path here), and on PostgreSQL the worker never holds
-    more than 6 connections (counted by the server, for this test database only)."""
+    more than 4 connections (counted by the server, for this test database only)."""
     import dataclasses
 
     from django.db import connection
 
     from runs import transitions
     from runs.agent.fastpath import FastPath
-    from runs.agent.worker import URGENT_LANE, Worker
+    from runs.agent.worker import Worker
     from runs.models import Run
 
     config = dataclasses.replace(config, db_pool_size=4, heartbeat_s=0.2)
@@ -102,4 +102,28 @@ async def test_a_worker_with_concurrency_200_keeps_to_its_connection_budget(conf
         stop.set()
         await asyncio.wait_for(task, 30)
         await pool.aclose()
-    assert peak <= 4 + URGENT_LANE
+    assert peak <= 4
+
+
+def test_the_budget_is_split_between_the_lanes():
+    from runs.agent.worker import pool_lanes
+
+    assert [pool_lanes(n) for n in (2, 5, 8, 20)] == [(1, 1), (3, 2), (4, 4), (10, 10)]
+
+
+@pytest.mark.parametrize("value,expected", [("many", "is not a number"), ("1", "must be at least 2")])
+def test_a_wrong_pool_size_is_one_line_naming_the_variable(value, expected):
+    import os
+    import subprocess
+    import sys
+
+    from django.conf import settings
+
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    env.update({"SECRET_KEY": "x", "RUNWARDEN_DB_POOL_SIZE": value})
+    done = subprocess.run(
+        [sys.executable, str(settings.BASE_DIR / "manage.py"), "check"], env=env, capture_output=True, text=True, timeout=60,
+    )
+    (line,) = done.stderr.strip().splitlines()
+    assert done.returncode != 0 and line.startswith("runwarden: configuration error: RUNWARDEN_DB_POOL_SIZE=")
+    assert expected in line
