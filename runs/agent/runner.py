@@ -76,7 +76,6 @@ class RunState:
     # How the cancel arrived: channel | heartbeat | commit refused (the database guard
     # saw it first) | shutdown | dispatch | lost.
     cancel_via: str = ""
-    deadline: object = None  # the run's deadline: past it, the heartbeat asks for a cancel
     lost: bool = False
     fired_at: float = 0.0  # monotonic: when the cancel reached this worker
 
@@ -90,15 +89,19 @@ class RunState:
 async def execute(run, *, signal, ctx, state=None):
     """Run `run` (claimed by `ctx.worker_id`) to its end and settle it. Returns the Outcome."""
     state = state or RunState(run.id, signal)
-    state.deadline = run.deadline
     ctx.planes()
     progress = Progress(run.id, ctx.deltas, step=run.steps)
     link = Link(run.id, state, ctx)
-    await ctx.control.listen(run.id, _control_handler(state, progress, ctx))
-    # Subscribed (or the layer is down): a cancel asked between claim and subscribe is
-    # in the row, and heard here rather than one interval later.
-    ctx.beats.add(state, run.deadline)
-    await ctx.beats.welcome(state)
+    try:
+        await ctx.control.listen(run.id, _control_handler(state, progress, ctx))
+        # Subscribed (or the layer is down): a cancel asked between claim and subscribe
+        # is in the row, and heard here rather than one interval later.
+        ctx.beats.add(state, run.deadline)
+        await ctx.beats.welcome(state)
+    except BaseException:  # cancelled before it began: nothing may fire this slot's signal later
+        await link.close()
+        await progress.close()
+        raise
     provider = engine = None
     outcome = outcomes.CANCELLED
     try:
