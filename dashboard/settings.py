@@ -311,4 +311,7 @@ RUNWARDEN_BREAKER_THRESHOLD = env.number("RUNWARDEN_BREAKER_THRESHOLD", 5, minim
 RUNWARDEN_BREAKER_RESET_S = env.number("RUNWARDEN_BREAKER_RESET_S", 30.0)
 RUNWARDEN_SHUTDOWN_GRACE_S = env.number("RUNWARDEN_SHUTDOWN_GRACE_S", 10.0)
 RUNWARDEN_CLAIM_POLL_S = env.number("RUNWARDEN_CLAIM_POLL_S", 0.5, minimum=0.01)
+# A worker's PostgreSQL connections, all told, whatever its concurrency (runs' calls
+# queue for them); half are kept for cancels' settles and the heartbeat. 4 workers: 32.
+RUNWARDEN_WORKER_DB_CONNECTIONS = env.number("RUNWARDEN_WORKER_DB_CONNECTIONS", 8, minimum=2, cast=int)
 RUNWARDEN_DENIED_TOOLS = tuple(t.strip() for t in os.environ.get("RUNWARDEN_DENIED_TOOLS", "shell").split(",") if t.strip())

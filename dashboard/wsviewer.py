@@ -28,6 +28,7 @@ class RunPageViewer:
         self.frames = self.text_frames = self.resyncs = 0
         self.steps, self.streamed = {}, {}
         self.step, self.text = None, ""
+        self._streaming = {}  # step -> its in-flight text so far
         self.ws = None
         self.updated = asyncio.Event()  # set on every frame: wait for a page state, never sleep
 
@@ -64,11 +65,14 @@ class RunPageViewer:
         fresh = "".join(html.unescape(m) for m in IN_FLIGHT_APPEND.findall(frame))
         if fresh:
             self.text += fresh
+            self._streaming[self.step] = self.text
         for index, body in STEP.findall(frame):
             text = STEP_TEXT.search(body)
             self.steps[int(index)] = html.unescape(text.group(1)) if text else ""
-            if self.step == int(index):
-                self.streamed[self.step] = self.text
+            # The next step may have begun streaming before this one's commit was
+            # rendered (they travel apart): what streamed is kept per step.
+            if int(index) in self._streaming:
+                self.streamed[int(index)] = self._streaming[int(index)]
         block = IN_FLIGHT_BLOCK.search(frame)
         if block:
             step, text = int(block.group(1)), html.unescape(block.group(2))
@@ -76,6 +80,8 @@ class RunPageViewer:
                 self.resyncs += 1
                 fresh = text  # a resync: the whole in-flight text so far
             self.step, self.text = step, text
+            if text:
+                self._streaming[step] = text
         if fresh:
             self.text_frames += 1
             if self.on_text is not None:

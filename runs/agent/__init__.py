@@ -10,9 +10,13 @@
     providers/     scripted (demos, tests) and openai (any compatible endpoint)
     runner.py      one claimed run: cancel delivery, heartbeats, finalize()
     worker.py      Worker: claim, run, heartbeat, settle; SIGTERM semantics
-    progress.py    coalesced deltas of the in-flight step to viewers
+    control.py     the control plane: every run's cancels on one connection, read first
+    deltas.py      the data plane: every run's deltas, one batch per interval
+    progress.py    one run's in-flight step, coalesced at the source for deltas.py
+    heartbeats.py  one heartbeat statement per interval for all of a worker's runs
     fastpath.py    the channel layer, best effort (the heartbeat is the slow path)
-    db.py          database calls from the loop, on owned threads; dropped connections replaced
+    db.py          database calls from the loop, on a bounded pool of owned threads;
+                   dropped connections replaced
     holding.py     hold a finished step or an outcome through a database outage
     demo.py        the demo feeder; embedded.py: workers inside the server process
 

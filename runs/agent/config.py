@@ -26,6 +26,7 @@ class EngineConfig:
     breaker_reset_s: float = 30.0
     shutdown_grace_s: float = 10.0
     claim_poll_s: float = 0.5
+    worker_db_connections: int = 8  # a worker's database connections, all told (half: the urgent lane)
     denied_tools: tuple = ("shell",)
     workspace: Path = field(default_factory=lambda: Path("var/workspace"))
 

@@ -7,6 +7,11 @@ settle could queue behind a wave of heartbeats. Here each pool thread keeps its 
 connection and closes it when the pool shuts down (so a test database can be dropped),
 or at once after a database error (so a dead connection is not reused).
 
+The pool is the worker's whole connection budget: `size` threads (RUNWARDEN_WORKER_DB_CONNECTIONS)
+plus the urgent lane's, each holding at most one connection, whatever the worker's
+concurrency. 250 runs' calls queue on 4 threads; a cancel's settle and the heartbeat
+take the urgent lane, so they never queue behind a wave of commits.
+
 Broken connections are replaced by themselves. A connection the server dropped while it
 sat idle (`pg_terminate_backend`, a restarted proxy) fails only on its next use: that
 call is run once more on a fresh connection when it cannot have changed anything, i.e.
@@ -47,7 +52,7 @@ _STOP = object()
 OUTAGE_REPORT_S = 30.0
 # Guarded transitions: a second run changes nothing the first did not (a heartbeat
 # moves heartbeat_at again; a settle that already won loses and is traced).
-RETRY_SAFE = frozenset({transitions.heartbeat, transitions.settle})
+RETRY_SAFE = frozenset({transitions.heartbeat, transitions.heartbeat_many, transitions.settle})
 
 
 class DatabaseUnavailable(OperationalError):

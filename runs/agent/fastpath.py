@@ -1,4 +1,5 @@
-"""The worker's side of the channel layer: cancels in, deltas out. Best effort.
+"""A best-effort wrapper of the channel layer (the worker's own subscriptions; the
+control and data planes each hold one of their own, so one's failures are its own).
 
 The database is the truth and the heartbeat's answer is the slow path, so nothing
 here may block the engine or raise into it: every layer operation has a timeout, and
@@ -22,6 +23,13 @@ class FastPath:
         self.timeout_s = timeout_s
         self.cooldown_s = cooldown_s
         self._down_until = 0.0
+
+    @classmethod
+    def off(cls):
+        """No channel layer at all: every cancel takes the heartbeat (tests, outages)."""
+        fastpath = cls(layer=object())
+        fastpath.layer = None
+        return fastpath
 
     @property
     def available(self):

@@ -218,6 +218,10 @@ class Engine:
         await self._discard("failed")
         return outcome
 
+    async def discard(self, why):
+        """Drop the step in flight, as a cancel does (see _discard); for a hard stop."""
+        await self._discard(why)
+
     async def _discard(self, why):
         """Drop the in-flight step. Its streamed text is kept for the `step_discarded`
         event, which the runner writes in the settle's transaction (one commit, so the

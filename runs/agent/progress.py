@@ -1,45 +1,43 @@
-"""Deltas of the in-flight step, to the run's viewers group, coalesced.
+"""Deltas of the in-flight step, to the run's viewers group, coalesced at the source.
 
 Message (contract with the dashboard):
     {"type": "run.progress", "run_id": str, "step": <in-flight step index>,
      "offset": <char offset in that step's streamed text where `text` starts>,
      "text": <chunk>, "tools": [{"id", "name", "state": running|done|error}]?}
-At most `hz` messages per second per run; chunks are contiguous, so a viewer that sees
-an offset past what it holds knows it missed one and asks for a resync (answered by
-`snapshot()`: offset 0, the whole text so far, `"resync": true`). Committed steps go
+The run only records what it streamed and tells the worker's DeltaPublisher it has
+something; the publisher takes ONE message per run per batch (`take()`), holding all
+the text since the last one, so a run sends at most `hz` messages a second and a lagging
+layer makes messages longer, not more numerous. Chunks are contiguous: a viewer that
+sees an offset past what it holds knows it missed one and asks for a resync (answered
+by `snapshot()`: offset 0, the whole text so far, `"resync": true`). Committed steps go
 to the database, never through here.
 """
 
-import asyncio
-import time
-
-from runs import groups
+from runs.agent.deltas import DeltaPublisher
 
 
 class Progress:
-    def __init__(self, run_id, fastpath, *, hz=10.0, step=0):
+    def __init__(self, run_id, publisher, *, step=0):
         self.run_id = str(run_id)
-        self.fastpath = fastpath
-        self.interval = 1.0 / hz if hz > 0 else 0.0
+        self.publisher = publisher if publisher is not None else DeltaPublisher(None)
         self.step = step  # the in-flight step, or the next one between steps
         self.text = ""
-        self._sent = 0  # chars of `text` already sent
+        self._sent = 0  # chars of `text` already handed to the publisher
         self._tools = {}
         self._tools_dirty = False
-        self._last = 0.0
-        self._timer = None
-        self._outbox = asyncio.Queue()
-        self._sender = None
-        self.messages = 0  # sent or queued; tests read it
+        self._resync = False  # the next message starts the step over (offset 0)
+        self._held = []  # messages built by flush(), not yet taken
+        self.messages = 0  # handed to the publisher; tests read it
+        self.publisher.attach(self)
 
     def start(self, index):
         """A new in-flight step begins."""
-        self._cancel_timer()
         self.step, self.text, self._sent, self._tools, self._tools_dirty = index, "", 0, {}, False
+        self._resync = False
 
     def append(self, chunk):
         self.text += chunk
-        self._schedule()
+        self.publisher.pending(self)
 
     def committed(self, index):
         """Step `index` is in the database now: nothing is in flight until the next."""
@@ -47,20 +45,33 @@ class Progress:
 
     def restart(self):
         """The streamed text is void (a fallback answers anew): viewers start over."""
-        self.text, self._sent = "", 0
-        self._cancel_timer()
-        self._queue({**self._base(), "offset": 0, "text": "", "resync": True})
+        self.text, self._sent, self._resync = "", 0, True
+        self.publisher.pending(self)
 
     def tool(self, call_id, name, state):
         self._tools[call_id] = {"id": call_id, "name": name, "state": state}
         self._tools_dirty = True
-        self._schedule()
+        self.publisher.pending(self)
 
     def flush(self):
-        """Send what is pending now (before a commit, so viewers hold the whole text)."""
-        self._cancel_timer()
-        if self._sent < len(self.text) or self._tools_dirty:
-            self._emit()
+        """Seal what is pending now (before a commit, so viewers get the whole text of
+        the step even though the next step starts before the publisher comes round)."""
+        message = self._build()
+        if message is not None:
+            # A sealed message of an older step is superseded: that step is committed
+            # (or discarded) by now, and viewers render it from the database.
+            self._held = [m for m in self._held if m["step"] == message["step"]] + [message]
+            self.publisher.pending(self)
+
+    def take(self):
+        """The publisher's side: every message due now (sealed ones first), at most one
+        for the step in flight, holding all its text since the last one."""
+        messages, self._held = self._held, []
+        message = self._build()
+        if message is not None:
+            messages.append(message)
+        self.messages += len(messages)
+        return messages
 
     def snapshot(self):
         """The whole in-flight step so far, for a reconnecting viewer."""
@@ -70,50 +81,21 @@ class Progress:
         return message
 
     async def close(self):
-        self._cancel_timer()
-        if self._sender is not None:
-            self._sender.cancel()
-            await asyncio.gather(self._sender, return_exceptions=True)
+        """The run is over. What is sealed still goes out with the next batch (the last
+        step's tail), so a viewer's text matches the committed step."""
+        self.publisher.detach(self)
 
     def _base(self):
         return {"type": "run.progress", "run_id": self.run_id, "step": self.step}
 
-    def _schedule(self):
-        if self._timer is not None:
-            return
-        delay = self._last + self.interval - time.monotonic()
-        if delay <= 0:
-            self._emit()
+    def _build(self):
+        if not (self._resync or self._tools_dirty or self._sent < len(self.text)):
+            return None
+        if self._resync:
+            message = {**self._base(), "offset": 0, "text": self.text, "resync": True}
         else:
-            self._timer = asyncio.get_running_loop().call_later(delay, self._on_timer)
-
-    def _on_timer(self):
-        self._timer = None
-        self._emit()
-
-    def _emit(self):
-        message = {**self._base(), "offset": self._sent, "text": self.text[self._sent :]}
+            message = {**self._base(), "offset": self._sent, "text": self.text[self._sent :]}
         if self._tools_dirty:
             message["tools"] = list(self._tools.values())
-            self._tools_dirty = False
-        self._sent = len(self.text)
-        self._last = time.monotonic()
-        self._queue(message)
-
-    def _queue(self, message):
-        self.messages += 1
-        self._outbox.put_nowait(message)
-        if self._sender is None:
-            self._sender = asyncio.ensure_future(self._send_loop())
-
-    async def _send_loop(self):
-        # One sender per run keeps the chunks in offset order.
-        group = groups.viewers(self.run_id)
-        while True:
-            message = await self._outbox.get()
-            await self.fastpath.group_send(group, message)
-
-    def _cancel_timer(self):
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._sent, self._tools_dirty, self._resync = len(self.text), False, False
+        return message

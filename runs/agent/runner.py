@@ -1,9 +1,11 @@
 """One claimed run, start to finish: listen for cancels, heartbeat, run the engine,
 and `finalize()` on every exit path.
 
-Cancel delivery: the fast path is the run's control group on the channel layer
-(`run.cancel` fires the signal at once); the slow path is each heartbeat's answer, so
-a cancel lands even with the channel layer down. `finalize()` settles through the
+Cancel delivery: the fast path is the run's control group, heard on the worker's
+control plane (`runs.agent.control`: a connection of its own, apart from the deltas),
+where `run.cancel` fires the signal at once; the slow path is the worker's batched
+heartbeat (`runs.agent.heartbeats`), whose answer carries pending cancels, so a cancel
+lands even with the channel layer down. `finalize()` settles through the
 transitions (which resolve still-queued inputs as cancelled, exactly once), releases
 the listener and the heartbeat, and re-arms the signal last: a cancel that fired
 before the run started ends that run cancelled (checkpoint 10), and the next run on the
@@ -16,13 +18,15 @@ import time
 from dataclasses import dataclass, field
 
 from django.db import transaction
-from django.utils import timezone
 
-from runs import events, groups, transitions
+from runs import events, transitions
 from runs.agent import outcomes, providers
 from runs.agent.breaker import Breakers
 from runs.agent.config import EngineConfig
+from runs.agent.control import control_for
 from runs.agent.db import retry_safe
+from runs.agent.deltas import DeltaPublisher
+from runs.agent.heartbeats import Heartbeats
 from runs.agent.holding import hold
 from runs.agent.loop import Engine, Stats
 from runs.agent.progress import Progress
@@ -38,13 +42,33 @@ class WorkerContext:
 
     worker_id: str
     db: object  # DbPool
-    fastpath: object  # FastPath
+    fastpath: object  # FastPath: the layer, and the worker's own subscriptions
     config: EngineConfig
     breakers: Breakers
     stats: Stats = field(default_factory=Stats)
     provider_for: object = providers.for_run  # (run) -> Provider
     tools: object = None  # () -> {name: Tool}; None for the built-ins
     policy: object = None  # (call) -> refusal or None
+    # The two planes and the heartbeat, one each per worker. Built from `fastpath` on
+    # first use when not given (a test may swap `fastpath` before its first run).
+    control: object = None  # RedisControl | LayerControl
+    deltas: object = None  # DeltaPublisher
+    beats: object = None  # Heartbeats
+
+    def planes(self):
+        layer = self.fastpath.layer if self.fastpath is not None else None
+        if self.control is None:
+            self.control = control_for(layer, worker_id=self.worker_id)
+        if self.deltas is None:
+            self.deltas = DeltaPublisher(layer, hz=self.config.progress_hz)
+        if self.beats is None:
+            self.beats = Heartbeats(worker_id=self.worker_id, db=self.db, interval_s=self.config.heartbeat_s)
+        return self
+
+    async def aclose(self):
+        for part in (self.beats, self.deltas, self.control):
+            if part is not None:
+                await part.close()
 
 
 @dataclass
@@ -56,6 +80,8 @@ class RunState:
     cancel_via: str = ""
     lost: bool = False
     fired_at: float = 0.0  # monotonic: when the cancel reached this worker
+    engine_task: object = None  # the engine's run, dropped by a hard stop
+    hard_stopped: bool = False
 
     def fire(self, via):
         if not self.signal.is_cancelled():
@@ -63,15 +89,32 @@ class RunState:
             self.fired_at = time.monotonic()
             self.signal.cancel()
 
+    def hard_stop(self):
+        """Drop the engine's task at its current await, whatever it waits on (the
+        cooperative cancel was not honoured, or the run is not ours any more): no
+        further provider or tool call starts. The run still settles through finalize()."""
+        self.fire("hard stop")
+        if self.engine_task is not None and not self.engine_task.done() and not self.hard_stopped:
+            self.hard_stopped = True
+            self.engine_task.cancel()
+
 
 async def execute(run, *, signal, ctx, state=None):
     """Run `run` (claimed by `ctx.worker_id`) to its end and settle it. Returns the Outcome."""
     state = state or RunState(run.id, signal)
-    progress = Progress(run.id, ctx.fastpath, hz=ctx.config.progress_hz, step=run.steps)
-    listen = Listener(groups.control(run.id), _control_handler(state, progress, ctx), ctx.fastpath)
-    await listen.ensure()
-    await _beat(run, state, ctx)  # a cancel asked between claim and subscribe lands here
-    beats = asyncio.ensure_future(_heartbeats(run, state, ctx, listen))
+    ctx.planes()
+    progress = Progress(run.id, ctx.deltas, step=run.steps)
+    link = Link(run.id, state, ctx)
+    try:
+        await ctx.control.listen(run.id, _control_handler(state, progress, ctx))
+        # Subscribed (or the layer is down): a cancel asked between claim and subscribe
+        # is in the row, and heard here rather than one interval later.
+        ctx.beats.add(state, run.deadline)
+        await ctx.beats.welcome(state)
+    except BaseException:  # cancelled before it began: nothing may fire this slot's signal later
+        await link.close()
+        await progress.close()
+        raise
     provider = engine = None
     outcome = outcomes.CANCELLED
     try:
@@ -85,7 +128,13 @@ async def execute(run, *, signal, ctx, state=None):
                 stats=ctx.stats, tools=ctx.tools() if ctx.tools else None, policy=ctx.policy,
                 fire=lambda: state.fire("commit refused"),
             )
-            outcome = await engine.run()
+            state.engine_task = asyncio.ensure_future(engine.run())
+            try:
+                outcome = await state.engine_task
+            except asyncio.CancelledError:
+                if not state.hard_stopped:
+                    raise  # the worker itself is being cancelled
+                outcome = await _hard_stopped(run, engine, ctx, state)
     except SimulatedDeath:
         log.warning("run %s: simulated worker death; the run is left for the reaper", run.id)
         outcome = outcomes.LOST
@@ -103,9 +152,24 @@ async def execute(run, *, signal, ctx, state=None):
         if discarded and outcome == outcomes.SHUTDOWN:
             discarded = {**discarded, "reason": "worker shutdown"}
         await finalize(run, outcome, state=state, ctx=ctx, totals=engine.totals if engine else None,
-                       discarded=discarded,
-                       tasks=[beats], closers=[listen, progress, provider])
+                       discarded=discarded, closers=[link, progress, provider])
     return outcome
+
+
+async def _hard_stopped(run, engine, ctx, state):
+    """The engine's task was dropped: discard its step in flight as a cancel would
+    (nothing half-done is committed: a step is written whole or not) and, if the run is
+    still ours, trace it on the timeline."""
+    await engine.discard("hard stop")
+    if state.lost:  # retired or reaped meanwhile: not ours to write on
+        log.info("run %s: no longer held; its task was dropped", run.id)
+        return outcomes.LOST
+    log.warning("run %s: cancel not honoured; its task was dropped (hard stop)", run.id)
+    try:
+        await ctx.db.call(events.append, run.id, RunEvent.Kind.HARD_STOPPED, actor=ctx.worker_id)
+    except Exception as error:  # noqa: BLE001 - the settle that follows is what matters
+        log.warning("run %s: could not record the hard stop: %s", run.id, error)
+    return outcomes.CANCELLED
 
 
 async def finalize(run, outcome, *, state, ctx, totals=None, discarded=None, tasks=(), closers=()):
@@ -185,55 +249,26 @@ def _discard_and_settle(run_id, worker_id, outcome, totals, discarded):
 
 
 def _control_handler(state, progress, ctx):
+    # Runs on the control plane's reader: nothing here may wait.
     def handle(message):
         kind = message.get("type")
         if kind == "run.cancel":
             state.fire("channel")
+            if message.get("hard"):  # the watchdog's escalation of a cancel not honoured
+                state.hard_stop()
         elif kind == "run.resync" and message.get("reply_channel"):
-            return ctx.fastpath.send(message["reply_channel"], progress.snapshot())
-        return None
+            ctx.deltas.send(message["reply_channel"], progress.snapshot())
 
     return handle
 
 
-class Listener:
-    """The run's control-group subscription; retried on heartbeats while the fast
-    path is down, so a run outlives a Redis restart with its fast path back."""
+class Link:
+    """The run's place on the worker's control plane and heartbeat; closed by
+    finalize() before the signal is re-armed, so neither can fire the next run's."""
 
-    def __init__(self, group, handler, fastpath):
-        self.group, self.handler, self.fastpath = group, handler, fastpath
-        self.subscription = None
-
-    async def ensure(self):
-        if self.subscription is None and self.fastpath.available:
-            self.subscription = await self.fastpath.subscribe(self.group, self.handler)
+    def __init__(self, run_id, state, ctx):
+        self.run_id, self.state, self.ctx = run_id, state, ctx
 
     async def close(self):
-        if self.subscription is not None:
-            await self.subscription.close()
-
-
-async def _heartbeats(run, state, ctx, listen):
-    while True:
-        await asyncio.sleep(ctx.config.heartbeat_s)
-        await _beat(run, state, ctx)
-        await listen.ensure()
-
-
-async def _beat(run, state, ctx):
-    try:
-        beat = await ctx.db.call(transitions.heartbeat, run.id, worker=ctx.worker_id)
-    except Exception as error:  # noqa: BLE001 - a missed beat is retried next interval
-        log.warning("run %s: heartbeat failed: %s", run.id, error)
-        return
-    if not beat.held:
-        state.lost = True
-        state.fire("lost")
-    elif beat.cancel_requested:
-        state.fire("heartbeat")
-    elif run.deadline is not None and timezone.now() >= run.deadline:
-        await ctx.db.call(
-            transitions.request_cancel, run.id, by="watchdog",
-            source=Run.CancelSource.WATCHDOG, note="deadline passed",
-        )
-        state.fire("heartbeat")
+        self.ctx.control.forget(self.run_id)
+        self.ctx.beats.remove(self.state)

@@ -10,6 +10,7 @@ terminal is terminal, and a late settle keeps the first outcome.
     create_run      -                          queued
     claim(_next)    queued                     running
     heartbeat       running, waiting_*         (same)      held by the worker
+    heartbeat_many  running, waiting_*         (same)      one statement for all of a worker's runs
     request_cancel  queued                     cancelled   nobody holds it: settle now
     request_cancel  running, waiting_*         (same) + cancel_requested_at
     suspend         running                    waiting_*   held by the worker, no cancel pending
@@ -27,12 +28,12 @@ from runs.transitions._guard import ALLOWED_FROM, CancelOutcome, Heartbeat, pars
 from runs.transitions.escalation import escalate_cancel
 from runs.transitions.ending import force_cancel, reap_stale, request_cancel, safe_message, settle
 from runs.transitions.follow_up import consume_inputs, queue_input, retry
-from runs.transitions.lifecycle import claim, claim_next, create_run, heartbeat, resume, suspend
+from runs.transitions.lifecycle import claim, claim_next, create_run, heartbeat, heartbeat_many, resume, suspend
 from runs.transitions.steps import commit_step, record_discard
 
 __all__ = [
     "ALLOWED_FROM", "CancelOutcome", "Heartbeat", "parse_id", "create_run", "claim", "claim_next",
-    "heartbeat", "request_cancel", "force_cancel", "reap_stale", "suspend", "resume", "settle",
+    "heartbeat", "heartbeat_many", "request_cancel", "force_cancel", "reap_stale", "suspend", "resume", "settle",
     "safe_message", "retry", "queue_input", "consume_inputs", "commit_step", "record_discard", "escalate_cancel",
 ]
 

@@ -2,7 +2,7 @@
 
 from decimal import Decimal, InvalidOperation
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q
 from django.db.models.functions import Now
 
@@ -114,6 +114,69 @@ def heartbeat(run_id, *, worker):
     return Heartbeat(
         held=held, cancel_requested=row["cancel_requested_at"] is not None, status=row["status"]
     )
+
+
+def heartbeat_many(run_ids, *, worker):
+    """Beat every run of `run_ids` that `worker` holds, in one statement on PostgreSQL
+    (an UPDATE inside a CTE, the rows read in the same statement), an UPDATE and one
+    SELECT elsewhere. Returns {run_id: Heartbeat} for every id asked about: a run that
+    is terminal, held by another worker or unknown comes back not held (unknown: status
+    ""). The answer carries pending cancels: the slow path for a whole worker.
+
+    On PostgreSQL a row locked at that instant by another transaction (a step commit, a
+    settle, a cancel request) is not waited for: it is answered from the statement's
+    snapshot and beaten next interval. Waiting would chain every settle queued behind
+    the beat's row locks onto the slowest transaction of any of the worker's runs."""
+    ids = {}  # parsed id -> the ids as the caller gave them
+    for run_id in run_ids:
+        ids.setdefault(parse_id(run_id), []).append(run_id)
+    ids.pop(None, None)
+    answers = {run_id: Heartbeat(held=False, cancel_requested=False) for run_id in run_ids}
+    if not ids:
+        return answers
+    if connection.vendor == "postgresql":
+        rows = _beat_postgresql(list(ids), worker)
+    else:
+        rows = _beat_portable(list(ids), worker)
+    for pk, status, cancel_requested, held in rows:
+        for given in ids[pk]:
+            answers[given] = Heartbeat(held=bool(held), cancel_requested=bool(cancel_requested), status=status)
+    return answers
+
+
+def _beat_postgresql(ids, worker):
+    table = Run._meta.db_table
+    # The outer SELECT reads the statement's snapshot (from before the UPDATE): status,
+    # owner and the cancel request as the guard saw them. SKIP LOCKED: see above.
+    sql = f"""
+        WITH beat AS (
+            UPDATE {table} SET heartbeat_at = STATEMENT_TIMESTAMP()
+            WHERE id IN (
+                SELECT id FROM {table}
+                WHERE id = ANY(%(ids)s) AND worker = %(worker)s AND status = ANY(%(live)s)
+                FOR UPDATE SKIP LOCKED
+            )
+            RETURNING id
+        )
+        SELECT r.id, r.status, r.cancel_requested_at IS NOT NULL,
+               beat.id IS NOT NULL OR (r.worker = %(worker)s AND r.status = ANY(%(live)s))
+        FROM {table} r LEFT JOIN beat ON beat.id = r.id
+        WHERE r.id = ANY(%(ids)s)
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(sql, {"ids": ids, "worker": worker, "live": list(ALLOWED_FROM["heartbeat"])})
+        return cursor.fetchall()
+
+
+def _beat_portable(ids, worker):
+    live = ALLOWED_FROM["heartbeat"]
+    with transaction.atomic():
+        Run.objects.filter(pk__in=ids, status__in=live, worker=worker).update(heartbeat_at=Now())
+        # Same (IMMEDIATE, on SQLite) transaction: the rows are as the UPDATE left them,
+        # so "live and ours" is exactly "beaten".
+        rows = Run.objects.filter(pk__in=ids).values_list("pk", "status", "worker", "cancel_requested_at")
+        return [(pk, status, requested is not None, status in live and owner == worker)
+                for pk, status, owner, requested in rows]
 
 
 def suspend(run_id, *, worker, status, request=None):

@@ -165,3 +165,86 @@ async def test_an_outage_logs_one_warning_down_a_count_while_down_and_one_on_rec
     ]
     assert "still unreachable" in lines[1][1] and "51 call(s) failed so far" in lines[1][1]
     assert "answering again" in lines[2][1] and "51 call(s) failed meanwhile" in lines[2][1]
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_worker_with_concurrency_200_keeps_to_its_connection_budget(config, transactional_db):
+    """200 live runs on a budget of 4 connections (2 regular, 2 urgent): their calls queue
+    for the pool, all 200 are live at once, all 200 end when cancelled (through the one
+    batched heartbeat: no fast path here), and on PostgreSQL the worker never holds
+    more than 4 connections (counted by the server, for this test database only)."""
+    import dataclasses
+
+    from django.db import connection
+
+    from runs import transitions
+    from runs.agent.fastpath import FastPath
+    from runs.agent.worker import Worker
+    from runs.models import Run
+
+    config = dataclasses.replace(config, worker_db_connections=4, heartbeat_s=0.2)
+    name = connection.settings_dict["NAME"]
+
+    def open_connections():
+        if connection.vendor != "postgresql":
+            return 0
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s", [name])
+            return cursor.fetchone()[0]
+
+    def count(status):
+        return Run.objects.filter(pk__in=ids, status=status).count()
+
+    # Slow streams (5 tokens a second, ~60 s): all 200 are still live when the last is claimed.
+    script = [{"say": " ".join(f"w{i}" for i in range(300)), "token_delay_ms": 200}]
+    # The test's own calls on one thread (one connection), opened before the baseline.
+    pool = DbPool(size=1, urgent_size=1, name="rw-test-budget")
+    ids = await pool.call(lambda: [transitions.create_run(agent="scripted", input={"script": script}).id for _ in range(200)])
+    await pool.urgent(open_connections)
+    baseline = await pool.call(open_connections)  # the test's own connections only
+    worker = Worker("w-budget", config=config, concurrency=200, fastpath=FastPath.off())
+    stop = asyncio.Event()
+    task = asyncio.ensure_future(worker.serve(stop))
+    peak = 0
+
+    async def sample_until(status):
+        nonlocal peak
+        while await pool.call(count, status) < len(ids):
+            peak = max(peak, await pool.call(open_connections) - baseline)
+            assert not task.done(), "the worker stopped"
+            await asyncio.sleep(0.05)  # a sampling clock: a connection count has no event
+
+    try:
+        await asyncio.wait_for(sample_until("running"), 50)
+        for run_id in ids:
+            await pool.call(transitions.request_cancel, run_id, by="op")
+        await asyncio.wait_for(sample_until("cancelled"), 50)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)
+        await pool.aclose()
+    assert peak <= 4
+
+
+def test_the_budget_is_split_between_the_lanes():
+    from runs.agent.worker import pool_lanes
+
+    assert [pool_lanes(n) for n in (2, 5, 8, 20)] == [(1, 1), (3, 2), (4, 4), (10, 10)]
+
+
+@pytest.mark.parametrize("value,expected", [("many", "is not a number"), ("1", "must be at least 2")])
+def test_a_wrong_pool_size_is_one_line_naming_the_variable(value, expected):
+    import os
+    import subprocess
+    import sys
+
+    from django.conf import settings
+
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    env.update({"SECRET_KEY": "x", "RUNWARDEN_WORKER_DB_CONNECTIONS": value})
+    done = subprocess.run(
+        [sys.executable, str(settings.BASE_DIR / "manage.py"), "check"], env=env, capture_output=True, text=True, timeout=60,
+    )
+    (line,) = done.stderr.strip().splitlines()
+    assert done.returncode != 0 and line.startswith("runwarden: configuration error: RUNWARDEN_WORKER_DB_CONNECTIONS=")
+    assert expected in line

@@ -168,7 +168,7 @@ async def test_a_failure_while_a_cancel_request_is_pending_settles_cancelled(ctx
     # yet) when the provider fails: the run still ends cancelled, not failed.
     from runs.agent.fastpath import FastPath
 
-    ctx.fastpath = FastPath(layer=None)
+    ctx.fastpath = FastPath.off()  # no channel layer at all
     ctx.config = dataclasses.replace(ctx.config, heartbeat_s=60, retries=0)
     run = await claimed()
 
