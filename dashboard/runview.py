@@ -36,7 +36,7 @@ class Access:
 
 
 def is_stuck(run, now=None):
-    if run.status not in Run.LIVE:
+    if run.status not in Run.LIVE or run.is_released:  # released: no heartbeat to miss
         return False
     if run.heartbeat_at is None:
         return True

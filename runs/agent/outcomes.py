@@ -38,6 +38,8 @@ MAX_ITERATIONS = Outcome(S.COMPLETED, R.MAX_ITERATIONS, truncated=True)
 BUDGET_EXHAUSTED = Outcome(S.COMPLETED, R.BUDGET_EXHAUSTED, truncated=True)
 CANCELLED = Outcome(S.CANCELLED, R.CANCELLED)
 LOST = Outcome(S.CANCELLED, R.CANCELLED, abandoned=True)
+# Released while it waits for an operator: not settled, no longer this worker's.
+PARKED = Outcome(S.WAITING_FOR_APPROVAL, "", abandoned=True)
 
 
 def failed(reason, error=None, message=""):

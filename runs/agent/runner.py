@@ -93,7 +93,7 @@ async def execute(run, *, signal, ctx, state=None):
         if signal.is_cancelled():
             outcome = outcomes.CANCELLED
     finally:
-        if state.lost:
+        if state.lost and not outcome.abandoned:  # a released (parked) run stays released
             outcome = outcomes.LOST
         await finalize(run, outcome, state=state, ctx=ctx, totals=engine.totals if engine else None,
                        discarded=engine.discarded if engine else None,

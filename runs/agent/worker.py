@@ -68,7 +68,8 @@ class Worker:
         idle = [CancelSignal() for _ in range(self.concurrency)]
         freed, wake = asyncio.Event(), asyncio.Event()
         listing = await self.ctx.fastpath.subscribe(
-            groups.LIST_GROUP, lambda m: wake.set() if m.get("event") == "created" else None
+            # A new run, or an answered one queued again (`resume`): either may be ours.
+            groups.LIST_GROUP, lambda m: wake.set() if m.get("status") == "queued" else None
         )
         log.info("worker %s serving (concurrency %d, agents %s)", self.worker_id, self.concurrency, ",".join(self.agents))
         self.ready.set()

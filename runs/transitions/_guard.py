@@ -22,14 +22,19 @@ E = RunEvent.Kind
 ALLOWED_FROM = {
     "claim": (S.QUEUED,),
     "heartbeat": Run.LIVE,
-    "cancel_queued": (S.QUEUED,),
+    "cancel_queued": (S.QUEUED, *Run.WAITING),  # with UNHELD: nobody holds it, settle at once
     "request_cancel": Run.LIVE,
     "suspend": (S.RUNNING,),
     "resume": Run.WAITING,
     "settle": Run.LIVE,
     "force_cancel": Run.NON_TERMINAL,
     "reap": (S.RUNNING,),
+    "expire_wait": Run.WAITING,  # released and past its wait deadline
 }
+
+# Runs no worker holds: a queued one, or a waiting one the engine released. A cancel
+# settles these at once, since nobody is there to notice it.
+UNHELD = Q(status=S.QUEUED) | Q(status__in=Run.WAITING, worker="")
 
 
 class CancelOutcome(enum.StrEnum):

@@ -8,7 +8,7 @@ from django.db.models.functions import Coalesce, Now
 from runs import events, queries
 from runs.models import Run
 from runs.transitions._guard import (
-    ALLOWED_FROM, E, R, S, CancelOutcome, actor_name, cancel_wins, guarded, log, parse_id, terminal,
+    ALLOWED_FROM, UNHELD, E, R, S, CancelOutcome, actor_name, cancel_wins, guarded, log, parse_id, terminal,
 )
 
 TOTALS = ("tokens_in", "tokens_out", "cost", "steps", "tool_calls")
@@ -16,8 +16,9 @@ ERROR_MESSAGE_LIMIT = 2000
 
 
 def request_cancel(run_id, *, by=None, source=Run.CancelSource.USER, note=""):
-    """Ask a run to stop. A queued run is cancelled at once (SETTLED); a live one is
-    flagged and its worker signalled (REQUESTED); asking twice is ALREADY_REQUESTED."""
+    """Ask a run to stop. A run nobody holds (queued, or waiting and released by the
+    engine) is cancelled at once (SETTLED); a held one is flagged and its worker
+    signalled (REQUESTED); asking twice is ALREADY_REQUESTED."""
     if source not in Run.CancelSource.values:
         raise ValueError(f"unknown cancel source {source!r}")
     actor, note = actor_name(by), (note or "")[:500]
@@ -31,6 +32,7 @@ def request_cancel(run_id, *, by=None, source=Run.CancelSource.USER, note=""):
     settled = guarded(
         run_id,
         "cancel_queued",
+        guard=UNHELD,
         data={"note": note, "settled_queued": True},
         **common,
         **request,
