@@ -112,7 +112,7 @@ def heartbeat(run_id, *, worker):
     """Record that `worker` is alive on the run; answer whether it still holds it and
     whether a cancel is pending (the slow path, for when the fast one is down)."""
     run_id = parse_id(run_id)
-    if run_id is None:
+    if run_id is None or not worker:  # "" is nobody: a released wait has no holder to beat
         return Heartbeat(held=False, cancel_requested=False)
     beat = Run.objects.filter(pk=run_id, status__in=ALLOWED_FROM["heartbeat"], worker=worker)
     updated = beat.update(heartbeat_at=Now())
