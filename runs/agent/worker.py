@@ -11,7 +11,9 @@ channel layer when it is up; otherwise the worker polls every `claim_poll_s`.
 Shutdown (stop set, e.g. on SIGTERM): claim nothing more, let running runs finish
 within `shutdown_grace_s`, then cancel the rest with source `shutdown` (recorded
 through `request_cancel`, so the row says why) and settle them cancelled. A SIGKILL
-leaves the runs to the reaper (failed / worker_lost, retryable).
+leaves the runs to the reaper (failed / worker_lost, retryable). A run waiting for an
+operator is not among them: the engine released it (no slot, no heartbeat), and once
+answered it is queued again for whichever worker claims it first.
 """
 
 import asyncio
