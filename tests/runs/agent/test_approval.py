@@ -1,4 +1,4 @@
-"""Waiting for an operator without holding the run (runs.agent.approval, runs.agent.resume).
+"""Waiting for an operator without holding the run (runs.agent.approval).
 
 The engine releases a run that waits (no worker, no slot, no heartbeat) and keeps the
 in-flight reply in the row; any worker resumes it once answered, from its committed
@@ -200,13 +200,3 @@ async def test_a_bad_wait_timeout_fails_the_run_with_a_clear_message(ctx, claime
     run.input["approval_timeout_s"] = "soon"
     outcome = await run_once(ctx, run)
     assert outcome.status == "failed" and "approval_timeout_s must be a positive number" in outcome.error_message
-
-
-async def test_a_resume_state_whose_step_was_committed_since_is_never_replayed():
-    from runs.agent import resume
-
-    step = {"index": 1, "text": "", "tool_calls": [], "approved": []}
-    pending = {"resume": {"step": step, "taken": [{"before": 0, "content": "hi"}]}}
-    assert resume.state_of(Run(steps=1, pending_request=pending))["step"] == step
-    stale = resume.state_of(Run(steps=2, pending_request=pending))
-    assert stale["step"] is None and stale["taken"] == [{"before": 0, "content": "hi"}]
