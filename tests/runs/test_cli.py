@@ -72,6 +72,12 @@ def test_show_prints_fields_and_timeline(running_run):
     assert "claimed" in out and "cancel_requested" in out
 
 
+def test_show_says_a_released_wait_has_no_worker_and_when_it_ends(released_in):
+    run = released_in()
+    out = runs("show", str(run.id))
+    assert "released while it waits" in out and "waits until" in out and str(run.wait_deadline.year) in out
+
+
 def test_list_filters_by_status(make_run, running_run):
     queued, running = make_run(title="waiting one"), running_run(title="busy one")
     out = runs("list", "--status", "running")
