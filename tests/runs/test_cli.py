@@ -137,3 +137,8 @@ def test_reap_table_uses_watchdog_source(running_run):
     run = running_run()
     transitions.reap_stale(older_than=LONG_AGO)
     assert RunEvent.objects.get(run=run, kind="reaped").source == "watchdog"
+
+
+def test_bench_waits_refuses_a_count_below_one_in_one_line(db):
+    with pytest.raises(CommandError, match="at least 1"):
+        call_command("bench_waits", "--waiting", "0")
