@@ -391,3 +391,16 @@ def test_list_catch_up_resends_what_changed_or_the_first_page_after_a_long_gap(m
     monkeypatch.setattr(listing, "CATCH_UP_WINDOW", 0)  # "long gone": refresh the first page
     assert set(listing.changed_since(cursor, listing.Filters(), True)) == {older.id, newer.id}
     assert listing.changed_since(cursor, listing.Filters(), False) == []
+
+
+def test_heartbeat_cells_never_flag_a_released_wait_stuck_in_one_query(released_in, running, django_assert_num_queries):
+    from dashboard import runview
+
+    waits = [released_in() for _ in range(3)]
+    lost = running()
+    Run.objects.filter(pk=lost.id).update(heartbeat_at=timezone.now() - timedelta(hours=1))
+    runview._heartbeats["at"] = 0.0  # no memo from another test
+    with django_assert_num_queries(1):  # `worker` is loaded with the rows, not per row
+        cells = runview.heartbeat_cells()
+    assert "stuck" in cells[str(lost.id)]
+    assert all("stuck" not in cells[str(w.id)] for w in waits)
