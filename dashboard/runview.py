@@ -36,7 +36,7 @@ class Access:
 
 
 def is_stuck(run, now=None):
-    if run.status not in Run.LIVE:
+    if run.status not in Run.LIVE or run.is_released:  # released: no heartbeat to miss
         return False
     if run.heartbeat_at is None:
         return True
@@ -185,7 +185,8 @@ def heartbeat_cells():
     now = time.monotonic()
     if now - _heartbeats["at"] < HEARTBEATS_TTL_S:
         return _heartbeats["cells"]
-    runs = Run.objects.filter(status__in=Run.LIVE).only("id", "status", "heartbeat_at")[:HEARTBEATS_LIMIT]
+    # `worker` too: a released wait (no worker) is never stuck, and a deferred field is a query per row.
+    runs = Run.objects.filter(status__in=Run.LIVE).only("id", "status", "heartbeat_at", "worker")[:HEARTBEATS_LIMIT]
     cells = {str(run.pk): render_to_string("runs/_heartbeat.html", {"run": run}) for run in runs}
     _heartbeats.update(at=now, cells=cells)
     return cells

@@ -32,11 +32,15 @@ CANCEL_KINDS = ("live", "queued", "retired")
 
 def _cancel_kind(kind):
     retired = Exists(RunEvent.objects.filter(run=OuterRef("pk"), kind=RunEvent.Kind.RETIRED))
-    if kind == "queued":  # never claimed: settled by the request itself
-        return Q(started_at__isnull=True)
+    # Nobody held it (queued, or a wait the engine released): the request settled it.
+    unheld = Q(started_at__isnull=True) | Q(Exists(RunEvent.objects.filter(
+        run=OuterRef("pk"), kind=RunEvent.Kind.CANCEL_REQUESTED, data__settled_queued=True
+    )))
+    if kind == "queued":
+        return unheld
     if kind == "retired":
-        return Q(started_at__isnull=False) & Q(retired)
-    return Q(started_at__isnull=False) & ~Q(retired)
+        return ~unheld & Q(retired)
+    return ~unheld & ~Q(retired)
 
 
 def cancel_latency_buckets(*, since=None, kind="live"):

@@ -106,7 +106,11 @@ class Run(models.Model):
 
     worker = models.CharField(max_length=200, blank=True)
     # What a waiting run waits for: the gated tool call and its deadline, or a prompt.
+    # A run the engine released while it waits also keeps here (under "resume") what
+    # any worker needs to take it up again: the in-flight reply, the inputs it took.
     pending_request = models.JSONField(null=True, blank=True)
+    # A released waiting run nobody answers by then is ended by the watchdog.
+    wait_deadline = models.DateTimeField(null=True, blank=True)
 
     max_iterations = models.PositiveIntegerField(null=True, blank=True)
     token_budget = models.PositiveBigIntegerField(null=True, blank=True)
@@ -137,6 +141,9 @@ class Run(models.Model):
             models.Index(fields=["termination_reason", "-created_at"], name="run_reason_newest"),
             models.Index(fields=["status", "created_at"], name="run_claim_order"),
             models.Index(fields=["status", "started_at"], name="run_status_started"),
+            models.Index(
+                fields=["wait_deadline"], name="run_wait_deadline", condition=Q(wait_deadline__isnull=False)
+            ),
         ]
         constraints = [
             models.CheckConstraint(
@@ -156,6 +163,12 @@ class Run(models.Model):
                 name="run_terminal_has_finished_at",
                 condition=Q(status__in=[RunStatus.QUEUED, *LIVE]) | Q(finished_at__isnull=False),
             ),
+            # Who holds a run: a queued one nobody, a running one its worker; a waiting
+            # one either (an API agent keeps holding it, the engine releases it).
+            models.CheckConstraint(name="run_queued_is_unheld", condition=~Q(status=RunStatus.QUEUED) | Q(worker="")),
+            models.CheckConstraint(
+                name="run_running_is_held", condition=~Q(status=RunStatus.RUNNING) | ~Q(worker="")
+            ),
             models.CheckConstraint(
                 name="run_truncated_has_truncating_reason",
                 condition=Q(truncated=False) | Q(termination_reason__in=TRUNCATING),
@@ -172,6 +185,16 @@ class Run(models.Model):
     @property
     def is_retryable(self):
         return self.is_terminal and self.termination_reason in self.RETRYABLE
+
+    @property
+    def is_released(self):
+        """Waiting with no worker holding it: no heartbeat, no slot; any worker resumes it."""
+        return self.status in self.WAITING and not self.worker
+
+    @property
+    def shown_request(self):
+        """What it waits for, as an operator reads it (without the engine's resume state)."""
+        return {k: v for k, v in (self.pending_request or {}).items() if k != "resume"} or None
 
     @property
     def is_cancelling(self):

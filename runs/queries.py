@@ -12,12 +12,17 @@ def stale_before(older_than):
     return ExpressionWrapper(Now() - older_than, output_field=DateTimeField())
 
 
+# Waiting with no holder: the engine released it. It has no heartbeat to go stale and
+# is never stuck nor lost; only its wait deadline ends it (`transitions.expire_waits`).
+RELEASED = Q(status__in=Run.WAITING, worker="")
+
+
 def stuck(older_than):
-    """Live runs whose heartbeat is older than `older_than`, oldest heartbeat first."""
+    """Held live runs whose heartbeat is older than `older_than`, oldest heartbeat first."""
     cutoff = stale_before(older_than)
     return Run.objects.filter(
         Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True), status__in=Run.LIVE
-    ).order_by("heartbeat_at")
+    ).exclude(RELEASED).order_by("heartbeat_at")
 
 
 def cancel_not_honoured(grace):

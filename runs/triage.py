@@ -38,7 +38,7 @@ def sections():
         ),
         Section(
             "approval", "Waiting for approval",
-            "Oldest first: each one holds a worker slot until somebody answers.",
+            "Oldest first: no worker holds them; unanswered, each ends at its deadline.",
             Run.objects.filter(status=Run.Status.WAITING_FOR_APPROVAL).order_by("created_at"), "cancel",
         ),
         Section(

@@ -5,13 +5,15 @@ Every sweep, on the database clock (one clock for every node):
     finding               rule                                             action
     stuck                 live, heartbeat older than RUNWARDEN_STUCK_S     flagged (derived, counted)
     lost                  running, heartbeat older than RUNWARDEN_REAP_S   reap: failed / worker_lost
+    unanswered wait       released waiting_*, past its wait_deadline       failed / approval_denied
     past deadline         non-terminal, deadline passed, no cancel yet     request cancel (watchdog)
     cancel not honoured   cancel older than RUNWARDEN_CANCEL_GRACE_S       escalate: the worker is told
                                                                            to stop hard (once)
     hard stop ignored     escalated over RUNWARDEN_CANCEL_ESCALATE_S ago   retire (force_cancel)
     ignored and silent    not honoured, heartbeat stale as well            retire at once
 
-Staleness is re-checked inside each UPDATE, so a heartbeat landing at the same moment
+A waiting run the engine released holds no heartbeat: it is never stuck nor reaped,
+only ended at its wait deadline (`approval_timeout_s`). Staleness is re-checked inside each UPDATE, so a heartbeat landing at the same moment
 wins. A sweep is idempotent: two watchdogs (or two servers) can run side by side.
 """
 
@@ -39,10 +41,11 @@ class Sweep:
     deadline_cancelled: list = field(default_factory=list)
     retired: list = field(default_factory=list)
     escalated: list = field(default_factory=list)
+    expired: list = field(default_factory=list)  # waits nobody answered in time
 
     @property
     def acted(self):
-        return bool(self.reaped or self.deadline_cancelled or self.retired or self.escalated)
+        return bool(self.reaped or self.deadline_cancelled or self.retired or self.escalated or self.expired)
 
 
 def _seconds(value):
@@ -64,6 +67,7 @@ def sweep(*, stuck_s=None, reap_s=None, grace_s=None, escalate_s=None, limit=500
             report.deadline_cancelled.append(run_id)
 
     report.reaped = transitions.reap_stale(older_than=reap_after, limit=limit)
+    report.expired = transitions.expire_waits(limit=limit)
 
     silent = Q(heartbeat_at__lt=queries.stale_before(stuck_after)) | Q(heartbeat_at__isnull=True)
     ignored = queries.cancel_not_honoured(grace)
@@ -90,8 +94,10 @@ def sweep(*, stuck_s=None, reap_s=None, grace_s=None, escalate_s=None, limit=500
     report.not_honoured = ignored.count()
     if report.acted:
         log.info(
-            "watchdog: %d reaped, %d cancelled at deadline, %d told to stop hard, %d retired (cancel not honoured)",
+            "watchdog: %d reaped, %d cancelled at deadline, %d told to stop hard, %d retired (cancel not honoured),"
+            " %d waits expired",
             len(report.reaped), len(report.deadline_cancelled), len(report.escalated), len(report.retired),
+            len(report.expired),
         )
     return report
 

@@ -5,6 +5,7 @@ from django.core.management import call_command
 from django.db import connection
 
 from runs import transitions
+from runs.models import Run
 
 
 def pytest_sessionstart(session):
@@ -52,3 +53,23 @@ def postgres(transactional_db):
     """Real races need PostgreSQL (row locks, many connections); skip elsewhere."""
     if connection.vendor != "postgresql":
         pytest.skip("needs PostgreSQL: run `make test` with it reachable")
+
+
+@pytest.fixture
+def released_in(make_run):
+    """A run waiting in `status` that the engine released (no holder), as `w1` leaves it:
+    its gated reply kept for the resume, its wait ending `timeout_s` from now."""
+
+    def make(status="waiting_for_approval", timeout_s=300, **kwargs):
+        run = make_run(**kwargs)
+        assert transitions.claim(run.id, worker="w1")
+        step = {"index": 0, "text": "may I?", "tool_calls": [{"id": "c0", "name": "echo", "args": {}}],
+                "tokens_in": 3, "tokens_out": 4, "cost": "0.01", "approved": []}
+        request = {"kind": "approval", "call_id": "c0", "tool": "echo", "resume": {"step": step, "taken": []}}
+        assert transitions.suspend(
+            run.id, worker="w1", status=status, request=request, release=True, timeout_s=timeout_s,
+            charge={"tokens_in": 3, "tokens_out": 4, "cost": "0.01"},
+        )
+        return Run.objects.get(pk=run.id)
+
+    return make

@@ -1,74 +1,50 @@
-"""Waiting for an operator's approval of a gated tool call.
+"""Waiting for an operator without holding the run: approvals of gated tool calls.
 
-The run is suspended (`waiting_for_approval`, with the call and its deadline in
-`pending_request`); the dashboard answers through `transitions.resume`, which queues
-an approval `RunInput`. The wait is cancel-aware (a cancel ends it at once) and
-bounded: no answer before the deadline is a denial. A database outage is waited out:
-a poll that could not reach the database is no answer yet.
+A gated call with no answer yet raises `Park`: the engine persists what it needs to go
+on (the in-flight reply, the inputs it took) in `pending_request["resume"]` and
+suspends the run releasing it (`transitions.suspend(release=True)`): no worker, no
+slot, no heartbeat. The worker moves on to other runs, or may die: nothing waits in
+its memory. The operator's answer (`transitions.resume`) queues the run again with an
+approval RunInput; whichever worker of its agent claims it rebuilds the history from
+the committed steps and hands the answer to `Approvals`: approved runs the gated tool
+and commits the step, denied fails the run approval_denied. No answer before the
+run's `wait_deadline` is the watchdog's to end (`transitions.expire_waits`).
 """
 
-import time
-from datetime import timedelta
+from runs.agent.outcomes import ApprovalDenied
+from runs.models import Run
 
-from django.utils import timezone
 
-from runs import transitions
-from runs.agent import racing
-from runs.agent.cancel import Cancelled
-from runs.agent.db import DatabaseUnavailable
-from runs.agent.holding import hold
-from runs.agent.outcomes import ApprovalDenied, LostRun
-from runs.models import Run, RunInput
+class Park(Exception):
+    """Nothing more to do until an operator answers: release the run."""
+
+    def __init__(self, status, request):
+        super().__init__(status)
+        self.status = status
+        self.request = request
 
 
 class Approvals:
-    def __init__(self, *, run_id, worker_id, signal, db, config, timeout_s=None):
-        self.run_id = run_id
-        self.worker_id = worker_id
+    def __init__(self, *, signal, granted=()):
         self.signal = signal
-        self.db = db
-        self.config = config
-        self.timeout_s = config.approval_timeout_s if timeout_s is None else timeout_s
+        self.granted = set(granted)  # call ids of this step approved before (one per park)
+        self.answer = None  # (call_id, RunInput): the answer the run was resumed with
 
     async def __call__(self, call):
-        """Return when `call` is approved; raise ApprovalDenied, Cancelled or LostRun."""
+        """Return when `call` is approved; raise ApprovalDenied, Cancelled or Park."""
         self.signal.raise_if_cancelled()
-        deadline = time.monotonic() + self.timeout_s
-        request = {
-            "kind": "approval",
-            "call_id": call.id,
-            "tool": call.name,
-            "args": call.args,
-            "deadline": (timezone.now() + timedelta(seconds=self.timeout_s)).isoformat(),
-        }
-        suspended, _ = await hold(
-            lambda first: self.db.call(
-                transitions.suspend, self.run_id, worker=self.worker_id,
-                status=Run.Status.WAITING_FOR_APPROVAL, request=request,
-            ),
-            what=f"run {self.run_id}: suspending for approval", signal=self.signal,
+        if call.id in self.granted:
+            return
+        if self.answer is not None and self.answer[0] == call.id:
+            item, self.answer = self.answer[1], None
+            payload = item.payload or {}
+            if payload.get("approved") is True:
+                self.granted.add(call.id)
+                return
+            note = payload.get("note") or payload.get("reason") or ""
+            by = item.created_by or "an operator"
+            raise ApprovalDenied(f"{call.name} denied by {by}" + (f": {note}" if note else ""))
+        raise Park(
+            Run.Status.WAITING_FOR_APPROVAL,
+            {"kind": "approval", "call_id": call.id, "tool": call.name, "args": call.args},
         )
-        if not suspended:  # a cancel is pending, or the run is not ours any more
-            beat = await self.db.call(transitions.heartbeat, self.run_id, worker=self.worker_id)
-            if beat.cancel_requested or self.signal.is_cancelled():
-                self.signal.cancel()
-                raise Cancelled()
-            raise LostRun()
-        while True:
-            try:
-                answers = await self.db.call(transitions.consume_inputs, self.run_id, kind=RunInput.Kind.APPROVAL)
-            except DatabaseUnavailable as error:
-                if not error.changed_nothing:  # an answer may have been taken and lost with the reply
-                    raise
-                answers = []  # the database is away: no answer yet; the deadline still holds
-            if answers:
-                answer = answers[-1].payload or {}
-                if answer.get("approved") is True:
-                    return
-                note = answer.get("note") or answer.get("reason") or ""
-                by = answers[-1].created_by or "an operator"
-                raise ApprovalDenied(f"{call.name} denied by {by}" + (f": {note}" if note else ""))
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise ApprovalDenied(f"no answer to approve {call.name} before the deadline")
-            await racing.sleep(self.signal, min(self.config.approval_poll_s, remaining))

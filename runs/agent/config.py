@@ -19,8 +19,7 @@ class EngineConfig:
     request_timeout_s: float = 60.0  # a non-streaming call
     tool_timeout_s: float = 60.0
     tool_wave: int = 4  # parallel tool calls per wave
-    approval_timeout_s: float = 300.0
-    approval_poll_s: float = 0.25
+    approval_timeout_s: float = 300.0  # how long a released wait lasts (run input approval_timeout_s wins)
     progress_hz: float = 10.0  # delta messages per second per run, at most
     breaker_threshold: int = 5
     breaker_reset_s: float = 30.0

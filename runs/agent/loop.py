@@ -38,15 +38,25 @@ A step (the model message and all its tool results) is committed whole at its bo
 by `transitions.commit_step`; on cancel or failure the in-flight step is discarded: no
 Step row, no tool call without its result; its streamed text is kept on the
 `step_discarded` event, marked interrupted. Steps committed before stay.
+
+Waiting for an operator never holds the run (`runs.agent.approval`): a gated call
+with no answer, or a reply asking for input, parks it (released, the in-flight reply
+kept in `pending_request`) and the engine returns PARKED. The worker that claims it
+once answered builds its Engine from the same row: the history comes back from the
+committed steps (`runs.agent.resume`), the in-flight reply is taken up where it
+stopped, without a second model call.
 """
 
 import json
 import logging
 from dataclasses import dataclass
+from datetime import timedelta
+
+from django.utils import timezone
 
 from runs import transitions
-from runs.agent import outcomes
-from runs.agent.approval import Approvals
+from runs.agent import outcomes, resume
+from runs.agent.approval import Approvals, Park
 from runs.agent.cancel import Cancelled
 from runs.agent.db import DatabaseUnavailable, retry_safe
 from runs.agent.dispatch import ToolDispatcher, deny_listed
@@ -84,17 +94,21 @@ class Engine:
         self.limits = (run.max_iterations, run.token_budget, run.cost_budget)
         self.index = run.steps  # the next step to commit
         self.usage = {"tokens_in": run.tokens_in, "tokens_out": run.tokens_out, "cost": run.cost}
-        self.messages = _opening(run)
-        self.inflight = None  # the step being built: {"index", "reply"?}
+        self.row = run  # as claimed: its pending_request says how it was resumed
+        parked = resume.state_of(run)
+        self.taken = parked["taken"]  # operator messages taken: [{"before": index, "content"}]
+        self.resumed = resume.load_reply(parked["step"]) if parked["step"] else None
+        self.messages = resume.opening(run)  # rebuilt from the steps in `run()` when resuming
+        self.wait_s = wait_timeout(run, config)
+        self.inflight = None  # the step being built: {"index", "reply"?, "charged"?}
         self.discarded = None  # the step_discarded event's data, once one was dropped
         tools = tools if tools is not None else builtins()
         self.caller = ModelCaller(
             provider, signal=signal, config=config, breaker=breaker, stats=stats,
             on_text=progress.append, on_restart=progress.restart,
         )
-        approve = Approvals(
-            run_id=run.id, worker_id=worker_id, signal=signal, db=db, config=config,
-            timeout_s=(run.input or {}).get("approval_timeout_s"),
+        self.approvals = approve = Approvals(
+            signal=signal, granted=parked["step"]["approved"] if parked["step"] else (),
         )
         self.dispatcher = ToolDispatcher(
             tools, signal=signal, config=config, progress=progress, approve=approve,
@@ -106,6 +120,8 @@ class Engine:
     async def run(self):
         """The run's Outcome. Raises only SimulatedDeath (the runner abandons the run)."""
         try:
+            if self.index or self.resumed is not None:
+                await self._restore()
             return await self._loop()
         except Cancelled:
             await self._discard("cancelled")
@@ -141,33 +157,46 @@ class Engine:
 
     async def _turn(self):
         self.signal.raise_if_cancelled()  # checkpoint 1: the provider is not touched
-        await self._take_messages()
-        if self.provider.exhausted(self.index):
-            return outcomes.COMPLETED
-        max_iterations, token_budget, cost_budget = self.limits
-        if max_iterations and self.index >= max_iterations:
-            return outcomes.MAX_ITERATIONS
-        spent = self.usage["tokens_in"] + self.usage["tokens_out"]
-        if (token_budget and spent >= token_budget) or (cost_budget and self.usage["cost"] >= cost_budget):
-            return outcomes.BUDGET_EXHAUSTED
-        self.signal.raise_if_cancelled()
-        self.inflight = {"index": self.index}
-        self.progress.start(self.index)
-        request = ModelRequest(str(self.run_id), self.index, list(self.messages), self.tool_specs)
-        self.inflight["request"] = request
-        reply = await self.caller.call(request)
-        self.inflight["reply"] = reply
-        records = await self.dispatcher.run(reply) if reply.tool_calls else []
+        if self.resumed is not None:  # the reply this run parked on: no second model call
+            reply, self.resumed = self.resumed, None
+            self.inflight = {"index": self.index, "reply": reply, "charged": True}
+            self.progress.start(self.index)
+            self.progress.append(reply.text)
+        else:
+            await self._take_messages()
+            if self.provider.exhausted(self.index):
+                return outcomes.COMPLETED
+            max_iterations, token_budget, cost_budget = self.limits
+            if max_iterations and self.index >= max_iterations:
+                return outcomes.MAX_ITERATIONS
+            spent = self.usage["tokens_in"] + self.usage["tokens_out"]
+            if (token_budget and spent >= token_budget) or (cost_budget and self.usage["cost"] >= cost_budget):
+                return outcomes.BUDGET_EXHAUSTED
+            self.signal.raise_if_cancelled()
+            self.inflight = {"index": self.index}
+            self.progress.start(self.index)
+            request = ModelRequest(str(self.run_id), self.index, list(self.messages), self.tool_specs)
+            self.inflight["request"] = request
+            reply = await self.caller.call(request)
+            self.inflight["reply"] = reply
+        try:
+            records = await self.dispatcher.run(reply) if reply.tool_calls else []
+        except Park as park:
+            return await self._park(park, step=resume.dump_step(self.index, reply, self.approvals.granted))
         self.signal.raise_if_cancelled()  # cancel polled before the commit, too
         self.progress.flush()
+        charged = self.inflight.get("charged", False)
         step = await self._commit(reply, records)
         if step is None:
             await self._refused()
         self.inflight = None
         self.progress.committed(self.index)
         self.index += 1
-        self._spend(reply)
-        self.messages += _history(reply, records)
+        if not charged:
+            self._spend(reply)
+        self.messages += resume.turn(reply, records)
+        if reply.needs_input and not reply.tool_calls:  # the step asked the operator something
+            return await self._park(Park(Run.Status.WAITING_FOR_INPUT, {"kind": "input", "prompt": reply.text}))
         if reply.final and not reply.tool_calls:
             return outcomes.COMPLETED
         return None
@@ -180,6 +209,8 @@ class Engine:
             "worker": self.worker_id, "index": self.index, "kind": "tool_calls" if records else "message",
             "text": reply.text, "tool_calls": records,
             "tokens_in": reply.tokens_in, "tokens_out": reply.tokens_out, "cost": reply.cost,
+            # A resumed step's reply was charged when the run parked: not counted twice.
+            "charged": self.inflight.get("charged", False),
         }
 
         def attempt(first):
@@ -199,6 +230,45 @@ class Engine:
         for item in items:
             text = (item.payload or {}).get("text") or json.dumps(item.payload)
             self.messages.append({"role": "user", "content": text})
+            self.taken.append({"before": self.index, "content": text})  # in no Step row: kept for a resume
+
+    async def _restore(self):
+        """A run taken up again: its history from the committed steps, and the answer
+        it was resumed with (the approval of the call it parked on)."""
+        self.messages = await self.db.call(resume.history, self.row, self.taken)
+        if self.resumed is None:
+            return
+        answers = await self.db.call(transitions.consume_inputs, self.run_id, kind=RunInput.Kind.APPROVAL)
+        call_id = (self.row.pending_request or {}).get("call_id")
+        if answers and call_id:
+            self.approvals.answer = (call_id, answers[-1])
+
+    async def _park(self, park, step=None):
+        """Release the run while it waits (see `runs.agent.approval`). The in-flight
+        reply, if any, is kept in the row with its spend charged now (it was paid
+        for whatever the answer). Returns PARKED, or raises Cancelled / LostRun when
+        the suspend is refused."""
+        deadline = timezone.now() + timedelta(seconds=self.wait_s)
+        request = {**park.request, "deadline": deadline.isoformat(), "resume": {"step": step, "taken": self.taken}}
+        reply = (self.inflight or {}).get("reply")
+        charge = None
+        if step is not None and not self.inflight.get("charged"):
+            charge = {"tokens_in": reply.tokens_in, "tokens_out": reply.tokens_out, "cost": reply.cost}
+        self.progress.flush()
+
+        def attempt(first):
+            return self.db.call(
+                transitions.suspend, self.run_id, worker=self.worker_id, status=park.status, request=request,
+                release=True, timeout_s=self.wait_s, charge=charge,
+            )
+
+        # Held through an outage, retried only while nothing can have committed.
+        parked, _ = await hold(attempt, what=f"run {self.run_id}: releasing it to wait", signal=self.signal)
+        if not parked:
+            await self._refused()
+        self.inflight = None  # kept in the row, not discarded
+        log.info("run %s released while %s (until %s)", self.run_id, park.status.replace("_", " "), deadline)
+        return outcomes.PARKED
 
     async def _refused(self):
         """commit_step refused: a cancel is pending (discard), or the run is not ours."""
@@ -231,7 +301,8 @@ class Engine:
             return
         reply = inflight.get("reply")
         spent = self._spent_on(inflight)
-        self._spend(spent)
+        if not inflight.get("charged"):  # a resumed step's spend was charged when it parked
+            self._spend(spent)
         self.discarded = {
             "index": inflight["index"], "text": self.progress.text, "interrupted": True, "reason": why,
             "tool_calls": [c.name for c in reply.tool_calls] if reply else [],
@@ -264,24 +335,12 @@ def _commit_again(run_id, *, index, **step):
     return existing if existing is not None else transitions.commit_step(run_id, index=index, **step)
 
 
-def _opening(run):
-    data = run.input or {}
-    messages = []
-    if data.get("system"):
-        messages.append({"role": "system", "content": str(data["system"])})
-    messages.append({"role": "user", "content": str(data.get("prompt") or run.title or "Begin.")})
-    return messages
-
-
-def _history(reply, records):
-    message = {"role": "assistant", "content": reply.text or None}
-    if records:
-        message["tool_calls"] = [
-            {"id": r["id"], "type": "function", "function": {"name": r["name"], "arguments": json.dumps(r["args"])}}
-            for r in records
-        ]
-    tool_messages = [
-        {"role": "tool", "tool_call_id": r["id"], "content": json.dumps(r.get("result", {"error": r.get("error")}))}
-        for r in records
-    ]
-    return [message, *tool_messages]
+def wait_timeout(run, config):
+    """Seconds a released wait lasts: the run's `approval_timeout_s` input, else
+    RUNWARDEN_APPROVAL_TIMEOUT_S. ValueError for a value that is not a positive number."""
+    value = (run.input or {}).get("approval_timeout_s")
+    if value is None:
+        return float(config.approval_timeout_s)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 10**8:
+        raise ValueError("input approval_timeout_s must be a positive number of seconds")
+    return float(value)

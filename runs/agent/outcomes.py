@@ -44,6 +44,8 @@ SHUTDOWN = Outcome(
     S.FAILED, R.WORKER_SHUTDOWN, error_class="WorkerShutdown",
     error_message="the worker shut down before the run finished; retry it",
 )
+# Released while it waits for an operator: not settled, no longer this worker's.
+PARKED = Outcome(S.WAITING_FOR_APPROVAL, "", abandoned=True)
 
 
 def failed(reason, error=None, message=""):

@@ -144,7 +144,7 @@ async def execute(run, *, signal, ctx, state=None):
         if signal.is_cancelled():
             outcome = outcomes.CANCELLED
     finally:
-        if state.lost:
+        if state.lost and not outcome.abandoned:  # a released (parked) run stays released
             outcome = outcomes.LOST
         elif outcome == outcomes.CANCELLED and state.cancel_via == "shutdown":
             outcome = outcomes.SHUTDOWN  # stopped like a cancel, settled as a retryable failure

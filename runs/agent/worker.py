@@ -19,6 +19,8 @@ fires; the in-flight step is discarded as for a cancel) and settle them failed /
 cancel is recorded for it (a pending cancel turns a failure into cancelled), so a run an
 operator cancelled meanwhile still ends cancelled. A SIGKILL leaves the runs to the
 reaper (failed / worker_lost, retryable).
+A run waiting for an operator is not among them: the engine released it (no slot, no
+heartbeat), and once answered it is queued again for whichever worker claims it first.
 """
 
 import asyncio
@@ -84,7 +86,8 @@ class Worker:
         idle = [CancelSignal() for _ in range(self.concurrency)]
         freed, wake = asyncio.Event(), asyncio.Event()
         listing = await self.ctx.fastpath.subscribe(
-            groups.LIST_GROUP, lambda m: wake.set() if m.get("event") == "created" else None
+            # A new run, or an answered one queued again (`resume`): either may be ours.
+            groups.LIST_GROUP, lambda m: wake.set() if m.get("status") == "queued" else None
         )
         log.info("worker %s serving (concurrency %d, agents %s)", self.worker_id, self.concurrency, ",".join(self.agents))
         self.ready.set()

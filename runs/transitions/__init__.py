@@ -8,17 +8,22 @@ terminal is terminal, and a late settle keeps the first outcome.
 
     verb            from                       to
     create_run      -                          queued
-    claim(_next)    queued                     running
+    claim(_next)    queued                     running     answered (resumed) runs first
     heartbeat       running, waiting_*         (same)      held by the worker
     heartbeat_many  running, waiting_*         (same)      one statement for all of a worker's runs
-    request_cancel  queued                     cancelled   nobody holds it: settle now
-    request_cancel  running, waiting_*         (same) + cancel_requested_at
-    suspend         running                    waiting_*   held by the worker, no cancel pending
-    resume          waiting_*                  running     claimed once
+    request_cancel  queued, released waiting_* cancelled   nobody holds it: settle now
+    request_cancel  running, held waiting_*    (same) + cancel_requested_at
+    suspend         running                    waiting_*   held by the worker, no cancel pending;
+                                                           release=True (the engine): worker
+                                                           cleared, no slot, no heartbeat
+    resume          held waiting_*             running     claimed once (an API agent's wait)
+    resume          released waiting_*         queued      claimed once; any worker resumes it
     settle          running, waiting_*         completed / failed / cancelled
     force_cancel    any non-terminal           cancelled   retire: the worker is gone
     escalate_cancel running, waiting_*         (same) + cancel_escalated_at: hard stop asked, once
     reap_stale      running, stale heartbeat   failed / worker_lost
+    expire_waits    released waiting_*, past   failed / approval_denied   the watchdog
+                    wait_deadline
     retry           terminal + retryable       new queued run (retry_of), once
 """
 
@@ -30,11 +35,13 @@ from runs.transitions.ending import force_cancel, reap_stale, request_cancel, sa
 from runs.transitions.follow_up import consume_inputs, queue_input, retry
 from runs.transitions.lifecycle import claim, claim_next, create_run, heartbeat, heartbeat_many, resume, suspend
 from runs.transitions.steps import commit_step, record_discard
+from runs.transitions.waiting import expire_waits
 
 __all__ = [
     "ALLOWED_FROM", "CancelOutcome", "Heartbeat", "parse_id", "create_run", "claim", "claim_next",
     "heartbeat", "heartbeat_many", "request_cancel", "force_cancel", "reap_stale", "suspend", "resume", "settle",
     "safe_message", "retry", "queue_input", "consume_inputs", "commit_step", "record_discard", "escalate_cancel",
+    "expire_waits",
 ]
 
 # Async twins, for consumers and the engine.

@@ -32,7 +32,12 @@ ALLOWED_FROM = {
     "force_cancel": Run.NON_TERMINAL,
     "escalate_cancel": Run.LIVE,
     "reap": (S.RUNNING,),
+    "expire_wait": Run.WAITING,  # released and past its wait deadline
 }
+
+# Runs no worker holds: a queued one, or a waiting one the engine released. A cancel
+# settles these at once, since nobody is there to notice it.
+UNHELD = Q(status=S.QUEUED) | Q(status__in=Run.WAITING, worker="")
 
 
 class CancelOutcome(enum.StrEnum):

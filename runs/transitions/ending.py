@@ -8,7 +8,7 @@ from django.db.models.functions import Coalesce, Now
 from runs import events, queries
 from runs.models import Run
 from runs.transitions._guard import (
-    ALLOWED_FROM, E, R, S, CancelOutcome, actor_name, cancel_wins, guarded, log, parse_id, terminal,
+    ALLOWED_FROM, UNHELD, E, R, S, CancelOutcome, actor_name, cancel_wins, guarded, log, parse_id, terminal,
 )
 
 TOTALS = ("tokens_in", "tokens_out", "cost", "steps", "tool_calls")
@@ -16,8 +16,9 @@ ERROR_MESSAGE_LIMIT = 2000
 
 
 def request_cancel(run_id, *, by=None, source=Run.CancelSource.USER, note=""):
-    """Ask a run to stop. A queued run is cancelled at once (SETTLED); a live one is
-    flagged and its worker signalled (REQUESTED); asking twice is ALREADY_REQUESTED.
+    """Ask a run to stop. A run nobody holds (queued, or waiting and released by the
+    engine) is cancelled at once (SETTLED); a held one is flagged and its worker
+    signalled (REQUESTED); asking twice is ALREADY_REQUESTED.
 
     One guarded UPDATE decides both cases (a CASE on the status it finds), with its
     event, in one transaction: only a refused request reads the row again, to say why.
@@ -25,7 +26,7 @@ def request_cancel(run_id, *, by=None, source=Run.CancelSource.USER, note=""):
     if source not in Run.CancelSource.values:
         raise ValueError(f"unknown cancel source {source!r}")
     actor, note = actor_name(by), (note or "")[:500]
-    queued = Q(status=S.QUEUED)
+    queued = UNHELD  # a queued run, or a waiting one the engine released
 
     def if_queued(then, otherwise):
         # SET expressions see the row as it was, so every CASE tests the old status.
@@ -34,7 +35,7 @@ def request_cancel(run_id, *, by=None, source=Run.CancelSource.USER, note=""):
     run = guarded(
         run_id,
         "request_cancel",
-        # Nobody holds a queued run: settle it now. A live run is flagged only once.
+        # Nobody holds a queued or released run: settle it now. A held one is flagged once.
         guard=queued | Q(cancel_requested_at__isnull=True),
         event=E.CANCEL_REQUESTED,
         actor=actor,

@@ -1,10 +1,11 @@
 """Create, claim, heartbeat, suspend and resume."""
 
+from datetime import timedelta
 from decimal import Decimal, InvalidOperation
 
 from django.db import connection, transaction
-from django.db.models import Q
-from django.db.models.functions import Now
+from django.db.models import DateTimeField, ExpressionWrapper, F, Q
+from django.db.models.functions import Coalesce, Now
 
 from runs import broadcast
 from runs.models import Run, RunEvent, RunInput
@@ -60,21 +61,27 @@ def claim(run_id, *, worker):
     return _claim(run_id, worker) is not None
 
 
-def _claim(run_id, worker):
+def _claim(run_id, worker, resumed=False):
     return guarded(
         run_id,
         "claim",
         event=E.CLAIMED,
         actor=worker,
+        data={"resumed": True} if resumed else None,
         status=S.RUNNING,
         worker=worker,
-        started_at=Now(),
+        started_at=Coalesce(F("started_at"), Now()),  # a resumed run keeps when it first started
         heartbeat_at=Now(),
     )
 
 
 def claim_next(*, worker, agents=None):
-    """Claim the oldest queued run (of `agents`, if given); None when there is none.
+    """Claim a queued run (of `agents`, if given); None when there is none.
+
+    Answered runs come first (queued again by `resume`; they have a `started_at`),
+    oldest start first, then fresh runs, oldest first: an operator who just answered is
+    waiting on the first kind, which already holds paid-for work, and each answer
+    queues its run once, so fresh runs cannot starve behind them for long.
 
     On PostgreSQL the candidate is locked with FOR UPDATE SKIP LOCKED so many workers
     claim different runs without waiting on each other; SQLite serialises writers with
@@ -85,25 +92,27 @@ def claim_next(*, worker, agents=None):
             queued = Run.objects.filter(status=S.QUEUED)
             if agents:
                 queued = queued.filter(agent__in=list(agents))
-            candidate = (
-                queued.order_by("created_at")
-                .select_for_update(skip_locked=True)
-                .values_list("pk", flat=True)
-                .first()
-            )
+            resumed = True
+            candidate = _first(queued.filter(started_at__isnull=False).order_by("started_at"))
+            if candidate is None:
+                resumed, candidate = False, _first(queued.order_by("created_at"))
             if candidate is None:
                 return None
-            run = _claim(candidate, worker)
+            run = _claim(candidate, worker, resumed)
             if run is not None:
                 return run
     return None
+
+
+def _first(candidates):
+    return candidates.select_for_update(skip_locked=True).values_list("pk", flat=True).first()
 
 
 def heartbeat(run_id, *, worker):
     """Record that `worker` is alive on the run; answer whether it still holds it and
     whether a cancel is pending (the slow path, for when the fast one is down)."""
     run_id = parse_id(run_id)
-    if run_id is None:
+    if run_id is None or not worker:  # "" is nobody: a released wait has no holder to beat
         return Heartbeat(held=False, cancel_requested=False)
     beat = Run.objects.filter(pk=run_id, status__in=ALLOWED_FROM["heartbeat"], worker=worker)
     updated = beat.update(heartbeat_at=Now())
@@ -132,7 +141,7 @@ def heartbeat_many(run_ids, *, worker):
         ids.setdefault(parse_id(run_id), []).append(run_id)
     ids.pop(None, None)
     answers = {run_id: Heartbeat(held=False, cancel_requested=False) for run_id in run_ids}
-    if not ids:
+    if not ids or not worker:  # "" is nobody: a released wait has no holder to beat it
         return answers
     if connection.vendor == "postgresql":
         rows = _beat_postgresql(list(ids), worker)
@@ -179,42 +188,65 @@ def _beat_portable(ids, worker):
                 for pk, status, owner, requested in rows]
 
 
-def suspend(run_id, *, worker, status, request=None):
+def suspend(run_id, *, worker, status, request=None, release=False, timeout_s=None, charge=None):
     """Park a running run waiting for input or approval (`request` says what for).
-    False when the worker does not hold it or a cancel is pending."""
+    False when the worker does not hold it or a cancel is pending.
+
+    `release=True` (the engine): the worker lets go of the run, so it holds no slot and
+    no heartbeat; `request["resume"]` must carry what a worker needs to take it up
+    again. `timeout_s` sets `wait_deadline` on the database clock (the watchdog ends
+    it there, `expire_waits`); `charge` ({tokens_in, tokens_out, cost}) adds the
+    in-flight reply's spend to the totals now, since it was paid for whatever the
+    answer. Without `release` (an API agent) the holder keeps the run and its beat."""
     if status not in Run.WAITING:
         raise ValueError(f"cannot suspend into {status!r}")
+    changes = {"status": status, "pending_request": request}
+    if release:
+        changes.update(worker="", heartbeat_at=None)
+        if timeout_s is not None:
+            changes["wait_deadline"] = ExpressionWrapper(
+                Now() + timedelta(seconds=timeout_s), output_field=DateTimeField()
+            )
+        for name, value in (charge or {}).items():
+            changes[name] = F(name) + (Decimal(str(value)) if name == "cost" else int(value))
+    shown = {k: v for k, v in (request or {}).items() if k != "resume"} if request else request
     run = guarded(
         run_id,
         "suspend",
         event=E.SUSPENDED,
         guard=Q(worker=worker, cancel_requested_at__isnull=True),
         actor=worker,
-        data={"request": request},
-        status=status,
-        pending_request=request,
+        data={"request": shown, **({"released": True, "charged": _jsonable(charge)} if release else {})},
+        **changes,
     )
     return run is not None
 
 
 def resume(run_id, *, by=None, answer=None, source=Run.CancelSource.USER):
-    """Answer a waiting run and set it running again. Claimed once: of two answers
-    racing, one returns True; the other changes nothing and returns False. The answer
-    is queued as a RunInput for the worker."""
+    """Answer a waiting run. Claimed once: of two answers racing, one returns True; the
+    other changes nothing and returns False. The answer is queued as a RunInput.
+
+    A run its holder kept (an API agent) is set running again for that holder; a run
+    the engine released is queued again, for any worker of its agent (`claim_next`
+    takes it first), keeping `pending_request` for the worker that resumes it."""
     actor, answer = actor_name(by), answer or {}
+    common = {"event": E.RESUMED, "actor": actor, "source": source}
     with transaction.atomic():
         run = guarded(
-            run_id,
-            "resume",
-            event=E.RESUMED,
-            actor=actor,
-            source=source,
-            data={"answer": answer},
-            status=S.RUNNING,
-            pending_request=None,
+            run_id, "resume", guard=~Q(worker=""), data={"answer": answer}, **common,
+            status=S.RUNNING, pending_request=None,
         )
+        if run is None:
+            run = guarded(
+                run_id, "resume", guard=Q(worker=""), data={"answer": answer, "requeued": True}, **common,
+                status=S.QUEUED, wait_deadline=None,
+            )
         if run is None:
             return False
         kind = RunInput.Kind.APPROVAL if "approved" in answer else RunInput.Kind.MESSAGE
         RunInput.objects.create(run=run, kind=kind, payload=answer, created_by=actor)
     return True
+
+
+def _jsonable(charge):
+    return {k: str(v) for k, v in charge.items()} if charge else None

@@ -16,10 +16,12 @@ from runs.models import Run, Step
 from runs.transitions._guard import E, S, parse_id
 
 
-def commit_step(run_id, *, worker, index, kind, text="", tool_calls=(), tokens_in=0, tokens_out=0, cost=0):
+def commit_step(run_id, *, worker, index, kind, text="", tool_calls=(), tokens_in=0, tokens_out=0, cost=0,
+                charged=False):
     """Write step `index` and add it to the run's totals (and count as a heartbeat).
     Returns the Step, or None when the worker no longer holds the running run or a
-    cancel is pending (nothing written).
+    cancel is pending (nothing written). `charged`: the step's spend is in the totals
+    already (added when its run parked for an approval); the Step still records it.
     Every tool call must carry its result (or error): half a tool call is never kept."""
     run_id = parse_id(run_id)
     if kind not in Step.Kind.values:
@@ -31,14 +33,15 @@ def commit_step(run_id, *, worker, index, kind, text="", tool_calls=(), tokens_i
     held = Run.objects.filter(
         pk=run_id, status=S.RUNNING, worker=worker, cancel_requested_at__isnull=True, steps=index
     )
+    spend = {} if charged else {
+        "tokens_in": F("tokens_in") + tokens_in, "tokens_out": F("tokens_out") + tokens_out, "cost": F("cost") + cost,
+    }
     with transaction.atomic():
         # `steps=index` makes a replayed or out-of-order commit lose instead of leaving a gap.
         if run_id is None or not held.update(
             steps=F("steps") + 1,
             tool_calls=F("tool_calls") + len(tool_calls),
-            tokens_in=F("tokens_in") + tokens_in,
-            tokens_out=F("tokens_out") + tokens_out,
-            cost=F("cost") + cost,
+            **spend,
             last_progress_at=Now(),
             heartbeat_at=Now(),  # a holder that commits is alive: it counts as a beat
         ):

@@ -298,6 +298,16 @@ def test_approve_or_deny_a_waiting_run(op_client, running, decision, approved):
     assert op_client.post(f"/runs/{run.id}/approve", {"decision": decision}, **HX).status_code == 409
 
 
+def test_a_released_wait_shows_its_ask_and_deadline_not_stuck_nor_its_resume_state(op_client, released_in):
+    run = released_in()
+    html = op_client.get(f"/runs/{run.id}/").content.decode()
+    assert 'data-testid="approve-button"' in html and run.wait_deadline.isoformat() in html
+    assert "may I?" not in html  # the engine's resume state is not the operator's to read
+    assert "stuck: no heartbeat" not in html and 'data-testid="retire-button"' not in html
+    assert op_client.post(f"/runs/{run.id}/approve", {"decision": "approve"}, **HX).status_code == 200
+    assert Run.objects.get(pk=run.id).status == "queued"  # for the next free worker
+
+
 def test_send_input_to_a_waiting_run(op_client, running):
     run = running()
     assert transitions.suspend(run.id, worker="w1", status="waiting_for_input", request={"prompt": "which one?"})
@@ -381,3 +391,16 @@ def test_list_catch_up_resends_what_changed_or_the_first_page_after_a_long_gap(m
     monkeypatch.setattr(listing, "CATCH_UP_WINDOW", 0)  # "long gone": refresh the first page
     assert set(listing.changed_since(cursor, listing.Filters(), True)) == {older.id, newer.id}
     assert listing.changed_since(cursor, listing.Filters(), False) == []
+
+
+def test_heartbeat_cells_never_flag_a_released_wait_stuck_in_one_query(released_in, running, django_assert_num_queries):
+    from dashboard import runview
+
+    waits = [released_in() for _ in range(3)]
+    lost = running()
+    Run.objects.filter(pk=lost.id).update(heartbeat_at=timezone.now() - timedelta(hours=1))
+    runview._heartbeats["at"] = 0.0  # no memo from another test
+    with django_assert_num_queries(1):  # `worker` is loaded with the rows, not per row
+        cells = runview.heartbeat_cells()
+    assert "stuck" in cells[str(lost.id)]
+    assert all("stuck" not in cells[str(w.id)] for w in waits)

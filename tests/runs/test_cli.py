@@ -72,6 +72,12 @@ def test_show_prints_fields_and_timeline(running_run):
     assert "claimed" in out and "cancel_requested" in out
 
 
+def test_show_says_a_released_wait_has_no_worker_and_when_it_ends(released_in):
+    run = released_in()
+    out = runs("show", str(run.id))
+    assert "released while it waits" in out and "waits until" in out and str(run.wait_deadline.year) in out
+
+
 def test_list_filters_by_status(make_run, running_run):
     queued, running = make_run(title="waiting one"), running_run(title="busy one")
     out = runs("list", "--status", "running")
@@ -131,3 +137,8 @@ def test_reap_table_uses_watchdog_source(running_run):
     run = running_run()
     transitions.reap_stale(older_than=LONG_AGO)
     assert RunEvent.objects.get(run=run, kind="reaped").source == "watchdog"
+
+
+def test_bench_waits_refuses_a_count_below_one_in_one_line(db):
+    with pytest.raises(CommandError, match="at least 1"):
+        call_command("bench_waits", "--waiting", "0")

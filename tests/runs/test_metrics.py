@@ -23,6 +23,14 @@ def scrape():
     return values
 
 
+def test_a_cancel_of_a_released_wait_counts_with_the_queued_ones(released_in, running_run):
+    # Settled by the request itself (nobody held the run): 0 ms, not a worker's latency.
+    transitions.request_cancel(released_in().id)
+    values = scrape()
+    assert values['runwarden_cancel_latency_seconds_count{kind="queued"}'] == 1
+    assert values['runwarden_cancel_latency_seconds_count{kind="live"}'] == 0
+
+
 def test_values_after_a_known_sequence(make_run, running_run, run_in):
     make_run()  # queued
     running_run()  # running

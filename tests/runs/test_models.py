@@ -11,15 +11,17 @@ INSERT = """
 INSERT INTO runs_run (id, agent, title, input, status, termination_reason, truncated, error_class,
     error_message, created_at, finished_at, cancel_requested_by, cancel_source, cancel_note, worker,
     tokens_in, tokens_out, cost, steps, tool_calls, event_seq)
-VALUES (%s, 'a', '', '{}', %s, %s, %s, '', '', CURRENT_TIMESTAMP, {finished}, '', '', '', '', 0, 0, 0, 0, 0, 0)
+VALUES (%s, 'a', '', '{}', %s, %s, %s, '', '', CURRENT_TIMESTAMP, {finished}, '', '', '', %s, 0, 0, 0, 0, 0, 0)
 """
 
 
-def insert(status, reason, *, finished=True, truncated=False):
+def insert(status, reason, *, finished=True, truncated=False, worker=None):
     sql = INSERT.replace("{finished}", "CURRENT_TIMESTAMP" if finished else "NULL")
     run_id = uuid.uuid4().hex if connection.vendor == "sqlite" else str(uuid.uuid4())
+    if worker is None:
+        worker = "w1" if status == "running" else ""
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(sql, [run_id, status, reason, truncated])
+        cursor.execute(sql, [run_id, status, reason, truncated, worker])
 
 
 VALID = [
@@ -54,6 +56,23 @@ def test_invalid_status_reason_pair_rejected_by_database(status, reason, finishe
     with pytest.raises(IntegrityError):
         insert(status, reason, finished=finished)
     assert not Run.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    "status, worker, ok",
+    [("queued", "", True), ("queued", "w1", False), ("running", "w1", True), ("running", "", False),
+     ("waiting_for_approval", "w1", True), ("waiting_for_approval", "", True), ("waiting_for_input", "", True)],
+)
+def test_who_holds_a_run_is_enforced_by_the_database(status, worker, ok):
+    # Queued: nobody. Running: its worker. Waiting: its holder (an API agent), or nobody
+    # (released by the engine, so it takes no slot and needs no heartbeat).
+    if ok:
+        insert(status, "", finished=False, worker=worker)
+        assert Run.objects.filter(status=status, worker=worker).count() == 1
+    else:
+        with pytest.raises(IntegrityError):
+            insert(status, "", finished=False, worker=worker)
 
 
 @pytest.mark.django_db(transaction=True)

@@ -190,3 +190,75 @@ def test_claim_next_never_hands_one_run_to_two_workers(postgres):
     race([worker(i) for i in range(THREADS)], [SimpleNamespace(id="queue")])
     assert len(claimed) == RUNS and set(claimed.values()) == {1}
     assert not Run.objects.filter(status="queued").exists()
+
+
+@pytest.fixture
+def answered_waits(postgres):
+    """Runs the engine released while waiting for approval (as worker w1 leaves them)."""
+
+    def make(n=RUNS, answer=True):
+        runs = [transitions.create_run(agent="scripted", title=f"wait {i}") for i in range(n)]
+        for run in runs:
+            assert transitions.claim(run.id, worker="w1")
+            assert transitions.suspend(run.id, worker="w1", status="waiting_for_approval", release=True,
+                                       request={"tool": "echo"}, timeout_s=300)
+            if answer:
+                assert transitions.resume(run.id, by="op", answer={"approved": True})
+        return runs
+
+    return make
+
+
+def test_workers_racing_for_answered_runs_claim_each_once(answered_waits):
+    runs = answered_waits()
+    claimed = Counter()
+    lock = threading.Lock()
+
+    def worker(i):
+        def take(_):
+            while (run := transitions.claim_next(worker=f"w{i}")) is not None:
+                with lock:
+                    claimed[run.id] += 1
+        return take
+
+    race([worker(i) for i in range(THREADS)], [SimpleNamespace(id="queue")])
+    assert len(claimed) == RUNS and set(claimed.values()) == {1}
+    resumed = RunEvent.objects.filter(kind="claimed", data__resumed=True)
+    assert resumed.count() == RUNS and resumed.values("run").distinct().count() == RUNS
+
+
+def test_an_answer_and_the_wait_expiry_racing_give_one_outcome(answered_waits):
+    runs = answered_waits(n=20, answer=False)
+    both = [
+        lambda run: transitions.resume(run.id, by="op", answer={"approved": True}),
+        lambda run: run.id in transitions.expire_waits(),
+    ] * (THREADS // 2)
+    for run in runs:  # one run due at a time, so every expiry thread aims at it
+        Run.objects.filter(pk=run.id).update(wait_deadline=timezone.now() - timedelta(minutes=1))
+        results = by_run(race(both, [run]))[run.id]
+        answered = sum(v for i, v in results.items() if i % 2 == 0)
+        expired = sum(v for i, v in results.items() if i % 2 == 1)
+        assert answered + expired == 1
+        row = Run.objects.get(pk=run.id)
+        if answered:
+            assert row.status == "queued" and RunInput.objects.filter(run=run).count() == 1
+        else:
+            assert (row.status, row.termination_reason) == ("failed", "approval_denied")
+            assert not RunInput.objects.filter(run=run).exists()
+
+
+def test_an_answer_and_a_cancel_racing_on_a_released_wait_end_cancelled_once(answered_waits):
+    runs = answered_waits(answer=False)
+    both = [
+        lambda run: transitions.resume(run.id, by="op", answer={"approved": True}),
+        lambda run: transitions.request_cancel(run.id, by="op"),
+    ] * (THREADS // 2)
+    results = by_run(race(both, runs))
+    for run in runs:
+        row = Run.objects.get(pk=run.id)
+        assert (row.status, row.termination_reason) == ("cancelled", "cancelled")
+        outcomes = [v for i, v in results[run.id].items() if i % 2 == 1]
+        assert outcomes.count(CancelOutcome.SETTLED) == 1  # whichever came first, one settle
+        # An answer that won first was queued, then resolved once by the cancel.
+        assert set(RunInput.objects.filter(run=run).values_list("status", "resolution")) <= {("cancelled", "interrupted")}
+        assert RunEvent.objects.filter(run=run, kind="cancel_requested").count() == 1

@@ -268,3 +268,70 @@ def test_error_message_is_made_safe(running_run):
                        error_message="bad\x00\x1b[31m" + "x" * 5000)
     message = Run.objects.get(pk=run.id).error_message
     assert "\x00" not in message and "\x1b" not in message and len(message) == 2000
+
+
+def test_a_released_suspend_writes_suspended_and_charges_the_gated_reply(released_in):
+    run = released_in()
+    event = RunEvent.objects.filter(run=run, kind="suspended").get()
+    assert event.actor == "w1" and event.data["released"] is True
+    assert event.data["charged"] == {"tokens_in": "3", "tokens_out": "4", "cost": "0.01"}
+    assert "resume" not in event.data["request"] and event.data["request"]["tool"] == "echo"
+    assert (run.tokens_in, run.tokens_out, run.cost) == (3, 4, Decimal("0.01"))
+    assert run.shown_request == {"kind": "approval", "call_id": "c0", "tool": "echo"}
+
+
+def test_resume_of_a_released_wait_queues_it_with_the_answer_and_keeps_what_it_needs(released_in):
+    run = released_in()
+    assert transitions.resume(run.id, by="alice", answer={"approved": True})
+    after = Run.objects.get(pk=run.id)
+    assert (after.status, after.worker, after.wait_deadline) == ("queued", "", None)
+    assert after.pending_request["resume"]["step"]["index"] == 0  # for the worker that resumes it
+    event = RunEvent.objects.filter(run=run, kind="resumed").get()
+    assert (event.actor, event.data["requeued"], event.data["answer"]) == ("alice", True, {"approved": True})
+    answer = RunInput.objects.get(run=run)
+    assert (answer.kind, answer.status, answer.created_by) == ("approval", "queued", "alice")
+    assert not transitions.resume(run.id, by="bob", answer={"approved": False})  # answered once
+
+
+def test_claim_of_an_answered_run_writes_claimed_resumed_and_keeps_its_start(released_in):
+    run = released_in()
+    assert transitions.resume(run.id, by="alice", answer={"approved": True})
+    claimed = transitions.claim_next(worker="w2")
+    assert claimed.id == run.id and claimed.worker == "w2" and claimed.started_at == run.started_at
+    event = RunEvent.objects.filter(run=run, kind="claimed").order_by("seq").last()
+    assert (event.actor, event.data) == ("w2", {"status": "running", "resumed": True})
+
+
+def test_claim_next_takes_answered_runs_first_then_the_oldest_fresh_one(make_run, released_in):
+    fresh = make_run(title="fresh, oldest")
+    answered, unanswered = released_in(), released_in()
+    assert transitions.resume(answered.id, by="op", answer={"approved": True})
+    other_agent = released_in(agent="billing-bot")
+    assert transitions.resume(other_agent.id, by="op", answer={"approved": True})
+    assert transitions.claim_next(worker="w2", agents=["scripted"]).id == answered.id
+    assert transitions.claim_next(worker="w2", agents=["scripted"]).id == fresh.id
+    assert transitions.claim_next(worker="w2", agents=["scripted"]) is None  # a wait is never claimed
+    assert Run.objects.get(pk=unanswered.id).status == "waiting_for_approval"
+    assert transitions.claim_next(worker="w3", agents=["billing-bot"]).id == other_agent.id
+
+
+def test_expiry_writes_settled_by_the_watchdog_and_the_discarded_gated_step(released_in):
+    run = released_in(timeout_s=-1)
+    assert transitions.expire_waits() == [run.id]
+    after = Run.objects.get(pk=run.id)
+    assert (after.status, after.termination_reason, after.error_class) == ("failed", "approval_denied", "ApprovalTimeout")
+    settled = RunEvent.objects.get(run=run, kind="settled")
+    assert (settled.actor, settled.source, settled.data["expired"]) == ("watchdog", "watchdog", "waiting_for_approval")
+    discarded = RunEvent.objects.get(run=run, kind="step_discarded")
+    assert (discarded.data["index"], discarded.data["reason"], discarded.data["tokens_out"]) == (0, "expired", 4)
+    assert (after.tokens_out, after.cost) == (4, Decimal("0.01"))  # charged once, at park
+    assert transitions.expire_waits() == []  # once
+
+
+def test_expiry_resolves_queued_inputs_once(released_in):
+    run = released_in(timeout_s=-1)
+    item = transitions.queue_input(run.id, kind="message", payload={"text": "hi"}, by="op")
+    assert transitions.expire_waits() == [run.id]
+    item.refresh_from_db()
+    assert (item.status, item.resolution) == ("cancelled", "failed")
+    assert kinds(run.id).count("input_cancelled") == 1

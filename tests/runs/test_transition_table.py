@@ -3,6 +3,8 @@
 A refused transition changes nothing: the row is compared field by field.
 """
 
+from datetime import timedelta
+
 import pytest
 from django.forms.models import model_to_dict
 
@@ -63,6 +65,76 @@ def test_transition_table(run_in, status, name):
     else:
         assert won is False
         assert snapshot(run.id) == before
+
+
+# The same verbs on a waiting run the engine released (no holder): only an answer, a
+# cancel or a retire moves it, and an answer queues it again for any worker.
+RELEASED = {"claim": None, "suspend": None, "resume": "queued", "settle": None, "force_cancel": "cancelled", "reap": None}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("status", WAITING)
+@pytest.mark.parametrize("name", sorted(RELEASED))
+def test_transition_table_of_released_waits(released_in, status, name):
+    run = released_in(status)
+    before = snapshot(run.id)
+    won = attempt(name, run)
+    to = RELEASED[name]
+    if to is None:
+        assert won is False
+        assert snapshot(run.id) == before
+    else:
+        assert won is True
+        assert Run.objects.get(pk=run.id).status == to
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("status", WAITING)
+def test_cancel_of_a_released_wait_settles_at_once(released_in, status):
+    # Nobody holds it to notice a flag: like a queued run, it is cancelled by the request.
+    run = released_in(status)
+    assert transitions.request_cancel(run.id, by="op") == CancelOutcome.SETTLED
+    after = Run.objects.get(pk=run.id)
+    assert (after.status, after.termination_reason, after.cancel_requested_by) == ("cancelled", "cancelled", "op")
+    assert transitions.request_cancel(run.id, by="op") == CancelOutcome.ALREADY_TERMINAL
+
+
+@pytest.mark.django_db
+def test_a_released_wait_has_no_heartbeat_and_nobody_can_beat_for_it(released_in):
+    run = released_in()
+    assert (run.worker, run.heartbeat_at) == ("", None)
+    assert transitions.heartbeat(run.id, worker="w1").held is False
+    assert transitions.heartbeat(run.id, worker="").held is False
+    assert Run.objects.get(pk=run.id).heartbeat_at is None
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("status", [*STATUSES, "released"])
+def test_expire_waits_ends_only_released_waits_past_their_deadline(run_in, released_in, status):
+    run = released_in(timeout_s=-1) if status == "released" else run_in(status)
+    Run.objects.filter(pk=run.id).update(wait_deadline=LONG_AGO_AT())  # every deadline passed
+    before = snapshot(run.id)
+    expired = transitions.expire_waits()
+    if status == "released":
+        assert expired == [run.id]
+        after = Run.objects.get(pk=run.id)
+        assert (after.status, after.termination_reason) == ("failed", "approval_denied")
+    else:  # queued, running, a wait its holder keeps (an API agent's), terminal: untouched
+        assert expired == []
+        assert snapshot(run.id) == before
+
+
+@pytest.mark.django_db
+def test_expire_waits_leaves_a_wait_before_its_deadline(released_in):
+    run = released_in(timeout_s=300)
+    assert transitions.expire_waits() == []
+    assert Run.objects.get(pk=run.id).status == "waiting_for_approval"
+
+
+def LONG_AGO_AT():  # noqa: N802 - reads as the constant it stands for
+    from django.utils import timezone
+
+    return timezone.now() - timedelta(hours=1)
 
 
 EXPECTED_CANCEL = {

@@ -34,6 +34,21 @@ def test_stale_heartbeat_is_flagged_stuck_then_reaped(running_run):
     assert (row.status, row.termination_reason, row.is_retryable) == ("failed", "worker_lost", True)
 
 
+def test_a_released_wait_is_never_stuck_nor_reaped_and_ends_at_its_deadline(released_in, running_run):
+    released = released_in()
+    held = running_run()  # an API agent's wait: its holder keeps beating, or it goes stuck
+    assert transitions.suspend(held.id, worker="w1", status="waiting_for_input", request={"prompt": "?"})
+    age_heartbeat(held, 120)
+    report = watchdog.sweep(stuck_s=5, reap_s=60)
+    assert (report.stuck, report.reaped, report.expired) == (1, [], [])  # the held one only
+    Run.objects.filter(pk=released.id).update(wait_deadline=timezone.now() - timedelta(seconds=1))
+    report = watchdog.sweep(stuck_s=5, reap_s=60)
+    assert report.expired == [released.id] and report.acted
+    row = Run.objects.get(pk=released.id)
+    assert (row.status, row.termination_reason, row.is_retryable) == ("failed", "approval_denied", False)
+    assert Run.objects.get(pk=held.id).status == "waiting_for_input"  # not the watchdog's to end
+
+
 def test_reaper_loses_to_a_heartbeat(running_run):
     run = running_run()
     age_heartbeat(run, 120)

@@ -57,6 +57,7 @@ class Reply:
     tool_calls: list = field(default_factory=list)
     parallel: bool = False
     needs_approval: bool = False
+    needs_input: bool = False  # the reply asks the operator something: wait for input
     final: bool = True
     tokens_in: int = 0
     tokens_out: int = 0

@@ -8,6 +8,7 @@
     {"fail": "provider"}                           raise a provider error (every attempt)
     {"fail": "stream", "say": TEXT}                the stream breaks; the fallback answers
     {"ask_approval": {"tool": ..., "args": {...}}} call a tool that needs an approval
+    {"ask_input": {"prompt": TEXT}}                ask the operator; wait for their input
     {"die": true}                                  the worker "dies": stops heartbeating
 
 The run completes when the script ends. Usage is counted one token per word.
@@ -82,6 +83,9 @@ class ScriptedProvider(Provider):
             spec = turn["ask_approval"]
             calls, approval = [_call(request.index, 0, {"name": spec.get("tool"), "args": spec.get("args")})], True
             text = text or f"I need approval to run {spec.get('tool')}."
+        asks = "ask_input" in turn
+        if asks:
+            text = text or str((turn["ask_input"] or {}).get("prompt") or "What should I do next?")
         tokens_in = 8 + 4 * len(request.messages)
         tokens_out = len(text.split()) + 4 * len(calls)
         return Reply(
@@ -89,6 +93,7 @@ class ScriptedProvider(Provider):
             tool_calls=calls,
             parallel=bool(turn.get("parallel")),
             needs_approval=approval,
+            needs_input=asks,
             final=False,  # the script's end, not the reply, ends the run
             tokens_in=tokens_in,
             tokens_out=tokens_out,

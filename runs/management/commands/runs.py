@@ -90,9 +90,11 @@ class Command(BaseCommand):
         fields = [
             ("id", run.id), ("agent", run.agent), ("title", run.title), ("status", run.status),
             ("reason", run.reason_label or "-"), ("truncated", run.truncated),
-            ("worker", run.worker or "-"), ("created", run.created_at), ("started", run.started_at),
+            ("worker", run.worker or ("- (released while it waits)" if run.is_released else "-")),
+            ("created", run.created_at), ("started", run.started_at),
             ("finished", run.finished_at), ("heartbeat", run.heartbeat_at),
             ("cancel requested", _cancel_line(run)),
+            *([("waits until", run.wait_deadline)] if run.is_released else []),
             ("totals", f"{run.steps} steps, {run.tool_calls} tool calls, "
                        f"{run.tokens_in}/{run.tokens_out} tokens in/out, cost {run.cost}"),
             ("error", f"{run.error_class}: {run.error_message}" if run.error_class else "-"),

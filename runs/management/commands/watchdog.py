@@ -22,7 +22,7 @@ class Command(BaseCommand):
             self.stdout.write(
                 f"stuck {report.stuck}, cancel not honoured {report.not_honoured}, "
                 f"reaped {len(report.reaped)}, cancelled at deadline {len(report.deadline_cancelled)}, "
-                f"retired {len(report.retired)}"
+                f"retired {len(report.retired)}, waits expired {len(report.expired)}"
             )
             return
         asyncio.run(self._serve(interval))

@@ -22,7 +22,7 @@ WORKER = "w-test"
 def config(tmp_path):
     return EngineConfig(
         heartbeat_s=0.05, retries=2, backoff_base_s=0.01, backoff_max_s=0.02,
-        stream_first_event_s=5, stream_idle_s=5, approval_poll_s=0.02, approval_timeout_s=5,
+        stream_first_event_s=5, stream_idle_s=5, approval_timeout_s=5,
         breaker_threshold=3, claim_poll_s=0.05, shutdown_grace_s=5, workspace=tmp_path / "ws",
     )
 

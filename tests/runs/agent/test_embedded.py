@@ -57,3 +57,61 @@ async def test_embedded_start_runs_queued_runs_and_reaps_lost_ones(settings, tmp
     assert (done.status, done.termination_reason) == ("completed", "completed")
     assert (reaped.status, reaped.termination_reason) == ("failed", "worker_lost")
     assert await database_sync_to_async(lambda: done.step_set.count())() == 1
+
+
+def _demo_shape(name):
+    """The demo feeder's own kwargs for shape `name` (first seed that draws it)."""
+    import random
+
+    from runs.agent import demo
+
+    for seed in range(1000):
+        drawn, kwargs = demo._shape(random.Random(seed), seed)
+        if drawn == name:
+            return kwargs
+    raise AssertionError(f"no seed draws {name!r}")
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_demo_runs_waiting_for_approval_do_not_block_queued_runs(settings, tmp_path):
+    # 3 demo "approval wait" runs come first on a worker of 2 slots: they used to take
+    # both slots (polling for an answer) and leave the plain runs queued.
+    settings.RUNWARDEN_HEARTBEAT_S = 0.05
+    settings.RUNWARDEN_CLAIM_POLL_S = 0.05
+    settings.RUNWARDEN_WATCHDOG_S = 0.05
+    settings.RUNWARDEN_WORKSPACE = tmp_path
+    layer = get_channel_layer()
+    channel = await layer.new_channel()
+    waiting = [await transitions.acreate_run(agent="scripted", **_demo_shape("approval wait")) for _ in range(3)]
+    plain = [await transitions.acreate_run(agent="scripted", input={"script": [{"say": "plain run"}]}) for _ in range(2)]
+    for run in waiting + plain:
+        await layer.group_add(groups.viewers(run.id), channel)
+    get = database_sync_to_async(lambda pk: Run.objects.get(pk=pk))
+
+    stop = embedded.start(concurrency=2, with_demo=False)
+    try:
+        settled, suspended = set(), set()
+        while len(settled) < 2 or len(suspended) < 3:  # each run's own event, no polling
+            message = await asyncio.wait_for(layer.receive(channel), 20)
+            if message.get("event") == "settled":
+                settled.add(message["run_id"])
+            elif message.get("event") == "suspended":
+                suspended.add(message["run_id"])
+        assert settled == {str(r.id) for r in plain}  # done while the others wait
+        for run in waiting:
+            row = await get(run.id)
+            assert (row.status, row.worker) == ("waiting_for_approval", "")
+        for run in waiting:
+            assert await transitions.aresume(run.id, by="op", answer={"approved": True})
+        while len(settled) < 5:
+            message = await asyncio.wait_for(layer.receive(channel), 20)
+            if message.get("event") == "settled":
+                settled.add(message["run_id"])
+    finally:
+        stop.set()
+        started = [t for t in asyncio.all_tasks() if t.get_coro().__qualname__ in ("Worker.serve", "serve")]
+        await asyncio.wait(started, timeout=10)
+    for run in waiting:
+        row = await get(run.id)
+        assert (row.status, row.termination_reason, row.steps) == ("completed", "completed", 3)

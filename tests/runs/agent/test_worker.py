@@ -82,10 +82,12 @@ async def test_shutdown_lets_short_runs_finish_and_fails_the_rest_retryably(serv
     await asyncio.wait_for(task, 5)
     rows = {r.id: r for r in await pool.call(lambda: list(Run.objects.all()))}
     assert (rows[short.id].status, rows[short.id].termination_reason) == ("completed", "completed")
-    for run_id in (long.id, waiting.id):
-        row = rows[run_id]
-        assert (row.status, row.termination_reason, row.is_retryable) == ("failed", "worker_shutdown", True)
-        assert (row.cancel_requested_at, row.cancel_source, row.error_class) == (None, "", "WorkerShutdown")
+    row = rows[long.id]
+    assert (row.status, row.termination_reason, row.is_retryable) == ("failed", "worker_shutdown", True)
+    assert (row.cancel_requested_at, row.cancel_source, row.error_class) == (None, "", "WorkerShutdown")
+    # A run waiting for an operator was released, not held: the shutdown leaves it waiting
+    # for its answer, which any worker then resumes.
+    assert (rows[waiting.id].status, rows[waiting.id].worker) == ("waiting_for_approval", "")
     assert rows[long.id].steps == 1  # the committed step stays; the one streaming is discarded
     discarded = await pool.call(lambda: list(rows[long.id].events.filter(kind="step_discarded").values_list("data", flat=True)))
     assert [(d["index"], d["reason"], d["interrupted"]) for d in discarded] == [(1, "worker shutdown", True)]
