@@ -20,7 +20,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.http import QueryDict
 
-from dashboard import fragments, listing, runview
+from dashboard import fragments, listing, logs, runview
 from runs import groups, metrics
 
 log = logging.getLogger(__name__)
@@ -177,6 +177,7 @@ class RunListConsumer(LiveConsumer):
         self.coalescer = Coalescer(LIST_INTERVAL_S, self.flush)
         self.joined = [groups.LIST_GROUP]
         await self.channel_layer.group_add(groups.LIST_GROUP, self.channel_name)
+        logs.layer_answered()
         await self.accept()
         self.start_ticker()
         if since is not None:  # what changed between the page's render (or the last frame) and now
@@ -217,6 +218,7 @@ class RunDetailConsumer(LiveConsumer):
         self.coalescer = Coalescer(DETAIL_INTERVAL_S, self.flush)
         self.joined = [groups.viewers(self.run_id)]
         await self.channel_layer.group_add(self.joined[0], self.channel_name)
+        logs.layer_answered()
         await self.accept()
         self.start_ticker()
         if (self.seq, self.steps_known) != (cursor.seq, cursor.steps):

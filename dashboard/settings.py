@@ -249,7 +249,10 @@ RUNWARDEN_LOG_LEVEL = env.choice("RUNWARDEN_LOG_LEVEL", "info", {"debug", "info"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"refusals": {"()": "dashboard.logs.ExpectedRefusals"}},
+    "filters": {
+        "refusals": {"()": "dashboard.logs.ExpectedRefusals"},
+        "layer_outage": {"()": "dashboard.logs.LayerOutage"},
+    },
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
         "json": {
@@ -259,7 +262,8 @@ LOGGING = {
         },
     },
     "handlers": {
-        "console": {"class": "logging.StreamHandler", "formatter": RUNWARDEN_LOG_FORMAT, "filters": ["refusals"]},
+        "console": {"class": "logging.StreamHandler", "formatter": RUNWARDEN_LOG_FORMAT,
+                    "filters": ["refusals", "layer_outage"]},
     },
     "root": {"handlers": ["console"], "level": RUNWARDEN_LOG_LEVEL},
     # Django's defaults give "django" a handler of its own (printing twice with DEBUG)

@@ -83,3 +83,55 @@ def test_a_runs_line_is_printed_once_after_daphnes_basic_config(tmp_path, debug)
     assert done.returncode == 0, done.stderr
     assert done.stderr.count("said once") == 1, done.stderr
     assert done.stderr.count("django once") == 1, done.stderr
+
+
+def test_a_redis_outage_is_one_line_down_and_one_line_back_without_tracebacks(tmp_path):
+    """Redis cut under a live server: the layer's receive task and every socket that
+    tries to (re)connect fail, each caught and logged somewhere; the log says it once."""
+    import os
+
+    import httpx
+
+    from tests.faults import TcpProxy
+
+    redis_port = int(os.environ.get("TEST_REDIS_PORT", "6379"))
+    with TcpProxy(redis_port).start() as proxy:
+        env = servers.environment(tmp_path, REDIS_URL=f"redis://127.0.0.1:{proxy.port}/0",
+                                  RUNWARDEN_CHANNEL_PREFIX=f"rw_logtest_{os.getpid()}")
+        servers.migrated_sqlite(tmp_path, env)
+        servers.manage(env, "runwarden_user", "create", "ada", "--role", "viewer", "--password-stdin", input="pw-ada-123\n")
+        server = servers.Server(env, tmp_path)
+        try:
+            with server.client(follow_redirects=False) as client:
+                client.get("/accounts/login/")
+                token = client.cookies["csrftoken"]
+                assert client.post("/accounts/login/", data={"username": "ada", "password": "pw-ada-123",
+                                                             "csrfmiddlewaretoken": token}).status_code == 302
+                cookie = f"sessionid={client.cookies['sessionid']}"
+
+            def watch():
+                return ws_connect(f"ws://127.0.0.1:{server.port}/ws/runs/", origin=f"http://127.0.0.1:{server.port}",
+                                  additional_headers={"Cookie": cookie}, open_timeout=30)
+
+            with watch():  # accepted: joined its group on Redis
+                pass
+            proxy.cut()
+            refused = 0
+            for _ in range(5):  # a browser reconnecting: each attempt fails on the layer
+                try:
+                    with watch():
+                        pass
+                except (websockets.exceptions.WebSocketException, OSError, TimeoutError):
+                    refused += 1
+            assert refused == 5
+            proxy.restore()
+            with watch():  # back: the first socket that joins says so
+                pass
+            with server.client() as client:  # the log is written before this answer
+                assert client.get("/healthz").status_code == 200
+        finally:
+            server.stop()
+    text = server.log()
+    assert "Traceback" not in text, text
+    assert text.count("channel layer (Redis) unavailable") == 1, text
+    assert text.count("channel layer (Redis) answering again") == 1, text

@@ -1,14 +1,12 @@
 """A database outage answers 503 (HTML for people, the API's JSON error for the API and
 /metrics, Retry-After), never 500, and a real daphne recovers by itself.
 
-`CuttableTcpProxy` sits between daphne and PostgreSQL: `cut()` drops every connection
-and refuses new ones, `restore()` forwards again. (h5-resilience writes a shared one in
-tests/faults.py; this one is local to the module until the two are merged.)
+A `tests.faults.TcpProxy` sits between daphne and PostgreSQL: `cut()` resets every
+connection and every new one, `restore()` forwards again.
 """
 
 import re
 import socket
-import threading
 import uuid
 
 import pytest
@@ -18,75 +16,10 @@ from django.db import connection
 from django.test import Client
 
 from tests import servers
+from tests.faults import TcpProxy
 
 KEY = "Bearer rw_" + "x" * 43  # well-formed, unknown: looked up in the database
 RUN = f"/api/v1/runs/{uuid.UUID(int=7)}"
-
-
-class CuttableTcpProxy:
-    """A loopback TCP proxy to (host, port) that can cut every connection at once."""
-
-    def __init__(self, host, port):
-        self.target = (host, port)
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.lock = threading.Lock()
-        self.open = set()
-        self.up = True
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            with self.lock:
-                up = self.up
-            if not up:
-                client.close()  # refused: the server sees a connection closed at once
-                continue
-            try:
-                upstream = socket.create_connection(self.target)
-            except OSError:
-                client.close()
-                continue
-            with self.lock:
-                self.open.update((client, upstream))
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
-
-    def _pump(self, source, sink):
-        try:
-            while data := source.recv(65536):
-                sink.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (source, sink):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-
-    def cut(self):
-        with self.lock:
-            self.up = False
-            sockets, self.open = self.open, set()
-        for s in sockets:
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            s.close()
-
-    def restore(self):
-        with self.lock:
-            self.up = True
-
-    def close(self):
-        self.cut()
-        self.listener.close()
 
 
 def session_cookie(user):
@@ -150,7 +83,7 @@ def test_outage_is_503_and_the_server_recovers_by_itself(postgres, tmp_path, poo
     user.user_permissions.add(*Permission.objects.filter(content_type__app_label="runs", codename="view_run"))
     session = session_cookie(user)
     settings_dict = connection.settings_dict
-    proxy = CuttableTcpProxy(settings_dict["HOST"] or "127.0.0.1", int(settings_dict["PORT"] or 5432))
+    proxy = TcpProxy(int(settings_dict["PORT"] or 5432), settings_dict["HOST"] or "127.0.0.1").start()
     url = f"postgres://{settings_dict['USER']}@127.0.0.1:{proxy.port}/{settings_dict['NAME']}"
     env = servers.environment(tmp_path, DATABASE_URL=url, RUNWARDEN_DB_POOL=pool, RUNWARDEN_DB_POOL_TIMEOUT_S="2",
                               SECRET_KEY=django_settings.SECRET_KEY)  # the session was signed here
@@ -166,7 +99,7 @@ def test_outage_is_503_and_the_server_recovers_by_itself(postgres, tmp_path, poo
             assert_working(answers(server, session))
     finally:
         server.stop()
-        proxy.close()
+        proxy.stop()
     log = server.log()
     assert "Traceback" not in log, log
     assert len(re.findall("database unavailable", log)) == 1, log
