@@ -174,9 +174,8 @@ def test_resume_vs_resume_one_resume(running_runs):
         assert Run.objects.get(pk=run.id).status == "running"
 
 
-def test_claim_next_never_hands_one_run_to_two_workers(postgres):
-    for _ in range(RUNS):
-        transitions.create_run(agent="scripted")
+def claim_all_in_threads():
+    """THREADS workers call claim_next until the queue is empty; {run id: times claimed}."""
     claimed = Counter()
     lock = threading.Lock()
 
@@ -188,6 +187,13 @@ def test_claim_next_never_hands_one_run_to_two_workers(postgres):
         return take
 
     race([worker(i) for i in range(THREADS)], [SimpleNamespace(id="queue")])
+    return claimed
+
+
+def test_claim_next_never_hands_one_run_to_two_workers(postgres):
+    for _ in range(RUNS):
+        transitions.create_run(agent="scripted")
+    claimed = claim_all_in_threads()
     assert len(claimed) == RUNS and set(claimed.values()) == {1}
     assert not Run.objects.filter(status="queued").exists()
 
@@ -211,17 +217,7 @@ def answered_waits(postgres):
 
 def test_workers_racing_for_answered_runs_claim_each_once(answered_waits):
     runs = answered_waits()
-    claimed = Counter()
-    lock = threading.Lock()
-
-    def worker(i):
-        def take(_):
-            while (run := transitions.claim_next(worker=f"w{i}")) is not None:
-                with lock:
-                    claimed[run.id] += 1
-        return take
-
-    race([worker(i) for i in range(THREADS)], [SimpleNamespace(id="queue")])
+    claimed = claim_all_in_threads()
     assert len(claimed) == RUNS and set(claimed.values()) == {1}
     resumed = RunEvent.objects.filter(kind="claimed", data__resumed=True)
     assert resumed.count() == RUNS and resumed.values("run").distinct().count() == RUNS
