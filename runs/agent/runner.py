@@ -24,7 +24,7 @@ from runs.agent import outcomes, providers
 from runs.agent.breaker import Breakers
 from runs.agent.config import EngineConfig
 from runs.agent.control import control_for
-from runs.agent.db import retry_safe
+from runs.agent.db_pool import retry_safe
 from runs.agent.deltas import DeltaPublisher
 from runs.agent.heartbeats import Heartbeats
 from runs.agent.holding import hold

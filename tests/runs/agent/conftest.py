@@ -9,7 +9,7 @@ from channels.layers import get_channel_layer
 from runs import transitions
 from runs.agent.breaker import Breakers
 from runs.agent.config import EngineConfig
-from runs.agent.db import DbPool
+from runs.agent.db_pool import DbPool
 from runs.agent.fastpath import FastPath
 from runs.agent.loop import Stats
 from runs.agent.runner import WorkerContext
