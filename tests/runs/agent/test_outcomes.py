@@ -56,7 +56,7 @@ async def test_cancel_leaves_the_breaker_alone_while_failures_open_it(ctx, claim
     for _ in range(ctx.config.breaker_threshold + 1):
         ctx.provider_for = lambda run: Probe([(TEXT, {})], on_stream=fire_then_hang)
         assert (await asyncio.wait_for(execute(await claimed(), signal=signal, ctx=ctx), 10)).status == "cancelled"
-    assert (breaker.failures, breaker.is_open) == (0, False)
+    assert (breaker.failures, breaker.opened_at) == (0, None)
     assert (ctx.stats.provider_failures, ctx.stats.stream_failures) == (0, 0)
 
     async def broken(probe, index, i=0):
@@ -66,7 +66,7 @@ async def test_cancel_leaves_the_breaker_alone_while_failures_open_it(ctx, claim
     for _ in range(ctx.config.breaker_threshold):
         ctx.provider_for = lambda run: Probe([(TEXT, {})], on_stream=broken, on_complete=broken)
         assert (await asyncio.wait_for(execute(await claimed(), signal=signal, ctx=ctx), 10)).reason == "provider_failed"
-    assert breaker.is_open
+    assert breaker.opened_at is not None
     # Open: the next run fails fast without calling the provider.
     probe = Probe([(TEXT, {})])
     ctx.provider_for = lambda run: probe
@@ -188,13 +188,13 @@ async def test_an_open_breaker_half_opens_after_its_reset_time():
     now = [0.0]
     breaker = Breaker("p", threshold=2, reset_s=10, clock=lambda: now[0])
     breaker.record_failure()
-    assert breaker.allow() and not breaker.is_open
+    assert breaker.allow() and breaker.opened_at is None
     breaker.record_failure()
-    assert breaker.is_open and not breaker.allow()
+    assert breaker.opened_at is not None and not breaker.allow()
     now[0] = 10.0
     assert breaker.allow()  # half-open: a trial may go
     breaker.record_failure()  # the trial failed: open again, for another reset_s
     assert not breaker.allow()
     now[0] = 20.0
     breaker.record_success()
-    assert breaker.allow() and not breaker.is_open and breaker.failures == 0
+    assert breaker.allow() and breaker.opened_at is None and breaker.failures == 0
