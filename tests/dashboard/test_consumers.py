@@ -197,19 +197,23 @@ async def test_deltas_are_appended_escaped_without_duplicates(operator):
     await ws.disconnect()
 
 
-async def test_a_gap_asks_the_worker_to_resync_and_the_answer_replaces_the_block(operator):
+async def test_a_gap_asks_the_worker_to_resync_and_the_answer_replaces_the_block(operator, monkeypatch):
+    # Unthrottled: the resync every viewer sends on connect must not hide the gap's own.
+    monkeypatch.setattr(consumers, "RESYNC_EVERY_S", 0.0)
     run = await running_run()
     layer = get_channel_layer()
     control = await layer.new_channel()
     await layer.group_add(groups.control(run.id), control)
     ws = await connected(f"/ws/runs/{run.id}/", operator)
     # Every new viewer asks once for the in-flight text.
-    asked = await asyncio.wait_for(layer.receive(control), TIMEOUT)
-    assert asked["type"] == "run.resync" and asked["reply_channel"]
+    on_connect = await asyncio.wait_for(layer.receive(control), TIMEOUT)
+    assert on_connect["type"] == "run.resync"
     await progress(run, 0, 0, "abc")
     await frame_with(ws, "abc")
     await progress(run, 0, 10, "lost the middle")  # offset 10 > 3 shown: a gap
-    await ws.receive_nothing(timeout=0.2)
+    asked = await asyncio.wait_for(layer.receive(control), TIMEOUT)  # the gap's own request
+    assert asked["type"] == "run.resync" and asked["reply_channel"] == on_connect["reply_channel"]
+    assert await ws.receive_nothing(timeout=0.05)  # handled already: the gap's text is not shown
     # The worker answers the viewer's own channel with the whole text.
     await layer.send(asked["reply_channel"], {"type": "run.progress", "run_id": str(run.id), "step": 0, "offset": 0,
                                               "text": "abcdefghijlost the middle", "resync": True})
