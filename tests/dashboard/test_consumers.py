@@ -12,6 +12,7 @@ from dashboard import consumers, runview
 from dashboard.asgi import application
 from runs import groups, transitions
 from runs.models import Run
+from tests.conftest import claim_new_run
 from tests.dashboard.conftest import ORIGIN, session_headers
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
@@ -52,16 +53,13 @@ async def frame_with(ws, needle, timeout=TIMEOUT):
 
 
 create_run = database_sync_to_async(transitions.create_run)
-claim = database_sync_to_async(transitions.claim)
 request_cancel = database_sync_to_async(transitions.request_cancel)
 settle = database_sync_to_async(transitions.settle)
 commit_step = database_sync_to_async(transitions.commit_step)
 
 
 async def running_run(title="live one"):
-    run = await create_run(agent="scripted", title=title)
-    assert await claim(run.id, worker="w1")
-    return run
+    return await database_sync_to_async(claim_new_run)(title=title)
 
 
 async def progress(run, step, offset, text, **extra):
