@@ -38,6 +38,7 @@ class CancelSource(models.TextChoices):
     CLI = "cli", "cli"  # manage.py runs cancel
     ADMIN = "admin", "admin"  # the Django admin action
     WATCHDOG = "watchdog", "watchdog"  # deadline or unhonoured cancel
+    WORKER = "worker", "worker"  # the run's own worker: its deadline passed
     SHUTDOWN = "shutdown", "shutdown"  # older rows: a stopping worker now ends runs failed/worker_shutdown
 
 

@@ -65,10 +65,10 @@ def iso(value):
 
 @register.filter
 def stuck(run):
-    """A live run whose heartbeat is older than RUNWARDEN_STUCK_S."""
-    from dashboard.runview import is_stuck
+    """`runs.rules.stuck` on the database clock (the row's `with_flags` annotation)."""
+    from runs import rules
 
-    return is_stuck(run)
+    return rules.is_stuck(run)
 
 
 @register.filter

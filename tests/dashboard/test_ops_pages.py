@@ -1,5 +1,7 @@
 """Triage, bulk preview/confirm, audit (and CSV), overview and /metrics."""
 
+import csv
+import io
 from datetime import timedelta
 
 import pytest
@@ -105,9 +107,20 @@ def test_audit_lists_actions_filters_and_exports_csv(op_client, running_run):
     transitions.force_cancel(other.id, by="bob", note="gone")
     html = op_client.get(reverse("dashboard:audit"), {"source": "cli"}).content.decode()
     assert "too chatty" in html and "alice" in html and "gone" not in html
-    csv = b"".join(op_client.get(reverse("dashboard:audit_csv")).streaming_content).decode()
-    assert csv.splitlines()[0] == "at,actor,where,action,run_id,run_title,note"
-    assert "alice,CLI,cancel requested" in csv and "bob,browser,retired" in csv
+    export = b"".join(op_client.get(reverse("dashboard:audit_csv")).streaming_content).decode()
+    assert export.splitlines()[0] == "at,actor,where,action,run_id,run_title,note"
+    assert "alice,CLI,cancel requested" in export and "bob,browser,retired" in export
+
+
+@pytest.mark.parametrize("start", ["=", "+", "-", "@", "\t", "\r"])
+def test_the_audit_export_quotes_every_cell_a_spreadsheet_would_run(op_client, running_run, start):
+    run = running_run(title=f'{start}HYPERLINK("http://evil")')
+    transitions.request_cancel(run.id, by="alice", note=f"{start}1+cmd")
+    body = b"".join(op_client.get(reverse("dashboard:audit_csv")).streaming_content).decode()
+    reader = csv.DictReader(io.StringIO(body, newline=""))
+    (row,) = list(reader)
+    assert reader.fieldnames == ["at", "actor", "where", "action", "run_id", "run_title", "note"]
+    assert (row["run_title"], row["note"]) == (f"'{start}HYPERLINK(\"http://evil\")", f"'{start}1+cmd")
 
 
 def test_overview_renders_charts_with_numbers(op_client, running_run):
