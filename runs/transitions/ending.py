@@ -5,7 +5,7 @@ from decimal import Decimal
 from django.db.models import Case, F, Q, Value, When
 from django.db.models.functions import Coalesce, Now
 
-from runs import events, rules
+from runs import events, messages, rules
 from runs.models import Run
 from runs.transitions._guard import (
     ALLOWED_FROM, UNHELD, E, R, S, CancelOutcome, actor_name, cancel_wins, guarded, log, parse_id, terminal,
@@ -41,6 +41,7 @@ def request_cancel(run_id, *, by=None, source=Run.CancelSource.USER, note=""):
         actor=actor,
         source=source,
         data=lambda run: {"note": note, **({"settled_queued": True} if run.is_terminal else {})},
+        to_worker=lambda run: None if run.is_terminal else messages.cancel(run),  # settled: nobody to tell
         cancel_requested_at=Now(),
         cancel_requested_by=actor,
         cancel_source=source,
@@ -71,6 +72,7 @@ def force_cancel(run_id, *, by=None, note="", source=Run.CancelSource.USER, guar
         "force_cancel",
         event=E.RETIRED,
         guard=guard,
+        to_worker=messages.cancel,  # a worker still alive must stop
         actor=actor,
         source=source,
         data={"note": note},

@@ -237,11 +237,11 @@ async def test_a_reconnect_resumes_from_the_browsers_offset(operator):
 async def test_tool_wave_is_shown_while_in_flight(operator):
     run = await running_run()
     ws = await connected(f"/ws/runs/{run.id}/", operator)
-    await progress(run, 0, 0, "let me look", tools=[{"id": "1", "name": "search", "state": "running"},
-                                                    {"id": "2", "name": "<fetch>", "state": "done"}])
+    await progress(run, 0, 0, "let me look", tools=[{"id": "1", "name": "search", "state": "started"},
+                                                    {"id": "2", "name": "<fetch>", "state": "finished"}])
     text = await frame_with(ws, 'id="inflight-tools"')
-    assert "<code>search</code> <span class=\"tool-state\">running</span>" in text
-    assert "<code>&lt;fetch&gt;</code> <span class=\"tool-state\">done</span>" in text
+    assert "<code>search</code> <span class=\"tool-state\">started</span>" in text
+    assert "<code>&lt;fetch&gt;</code> <span class=\"tool-state\">finished</span>" in text
     await ws.disconnect()
 
 
