@@ -73,3 +73,60 @@ def released_in(db):
         return Run.objects.get(pk=run.id)
 
     return make
+
+
+@pytest.fixture(scope="session")
+def live_server_url(django_db_setup, django_db_blocker):
+    """A real daphne serving dashboard.asgi on the test database, in its own process:
+    the agent API's end-to-end tests and the browser tests share it.
+
+    The channel layer is the test process's: with Redis (REDIS_URL, or the browser tests'
+    `_shared_layer`) the server gets the same URL and prefix, so the two share it; without
+    it, the server has its own in-memory one. Static files are served by the app itself
+    (ServeStatic, DEBUG=0), as in production."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from django.db import connection, connections
+
+    with django_db_blocker.unblock():
+        database = connection.settings_dict
+        if connection.vendor == "sqlite":
+            url = f"sqlite:///{database['NAME']}"
+        else:
+            url = f"postgres://{database['USER']}@{database['HOST']}:{database['PORT'] or 5432}/{database['NAME']}"
+        connections.close_all()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "DATABASE_URL": url, "DEBUG": "0", "SECRET_KEY": os.environ.get("SECRET_KEY") or "test",
+           "ALLOWED_HOSTS": "127.0.0.1,localhost", "RUNWARDEN_EMBEDDED": "0", **_layer_env()}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "dashboard.asgi:application"],
+        cwd=Path(__file__).resolve().parents[1], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    for line in server.stderr:  # daphne logs "Listening on TCP address …" once it accepts
+        if "Listening on TCP address" in line:
+            break
+    else:
+        raise RuntimeError(f"daphne did not start (exit {server.wait()})")
+    # Keep draining its log so a chatty server never blocks on a full pipe.
+    import threading
+
+    threading.Thread(target=lambda: [None for _ in server.stderr], daemon=True).start()
+    yield f"http://127.0.0.1:{port}"
+    server.terminate()
+    server.wait(timeout=10)
+
+
+def _layer_env():
+    """REDIS_URL and the prefix of this process's Redis layer, for a server to share it."""
+    from django.conf import settings
+
+    layer = settings.CHANNEL_LAYERS["default"]
+    if "channels_redis" not in layer["BACKEND"]:
+        return {}
+    return {"REDIS_URL": layer["CONFIG"]["hosts"][0], "RUNWARDEN_CHANNEL_PREFIX": layer["CONFIG"]["prefix"]}
