@@ -3,7 +3,6 @@
 from datetime import timedelta
 
 import pytest
-from django.db.models.functions import Now
 from django.utils import timezone
 
 from runs import rules, transitions

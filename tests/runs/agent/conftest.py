@@ -6,7 +6,6 @@ import asyncio
 import pytest
 from channels.layers import get_channel_layer
 
-from runs import transitions
 from runs.agent.breaker import Breakers
 from runs.agent.config import EngineConfig
 from runs.agent.db_pool import DbPool
