@@ -23,6 +23,14 @@ def pytest_sessionstart(session):
 os.environ["RUNWARDEN_DB_POOL"] = "0"
 
 
+def claim_new_run(*, worker="w1", agent="scripted", title="a run", **kwargs):
+    """A new run claimed by `worker`, through the transitions, as its fresh row: the one
+    "claimed run" helper behind every fixture that needs one (async tests wrap it)."""
+    run = transitions.create_run(agent=agent, title=title, **kwargs)
+    assert transitions.claim(run.id, worker=worker)
+    return Run.objects.get(pk=run.id)
+
+
 @pytest.fixture
 def make_run(db):
     """Create a queued run (through the transitions, as everything else does)."""
@@ -36,16 +44,9 @@ def make_run(db):
 
 
 @pytest.fixture
-def running_run(make_run):
-    """A run claimed by worker `w1`."""
-
-    def make(worker="w1", **kwargs):
-        run = make_run(**kwargs)
-        assert transitions.claim(run.id, worker=worker)
-        run.refresh_from_db()
-        return run
-
-    return make
+def running_run(db):
+    """`running_run(worker="w1", **create_run kwargs)`: see `claim_new_run`."""
+    return claim_new_run
 
 
 @pytest.fixture
@@ -56,13 +57,12 @@ def postgres(transactional_db):
 
 
 @pytest.fixture
-def released_in(make_run):
+def released_in(db):
     """A run waiting in `status` that the engine released (no holder), as `w1` leaves it:
     its gated reply kept for the resume, its wait ending `timeout_s` from now."""
 
     def make(status="waiting_for_approval", timeout_s=300, **kwargs):
-        run = make_run(**kwargs)
-        assert transitions.claim(run.id, worker="w1")
+        run = claim_new_run(worker="w1", **kwargs)
         step = {"index": 0, "text": "may I?", "tool_calls": [{"id": "c0", "name": "echo", "args": {}}],
                 "tokens_in": 3, "tokens_out": 4, "cost": "0.01", "approved": []}
         request = {"kind": "approval", "call_id": "c0", "tool": "echo", "resume": {"step": step, "taken": []}}
@@ -73,3 +73,60 @@ def released_in(make_run):
         return Run.objects.get(pk=run.id)
 
     return make
+
+
+@pytest.fixture(scope="session")
+def live_server_url(django_db_setup, django_db_blocker):
+    """A real daphne serving dashboard.asgi on the test database, in its own process:
+    the agent API's end-to-end tests and the browser tests share it.
+
+    The channel layer is the test process's: with Redis (REDIS_URL, or the browser tests'
+    `_shared_layer`) the server gets the same URL and prefix, so the two share it; without
+    it, the server has its own in-memory one. Static files are served by the app itself
+    (ServeStatic, DEBUG=0), as in production."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from django.db import connection, connections
+
+    with django_db_blocker.unblock():
+        database = connection.settings_dict
+        if connection.vendor == "sqlite":
+            url = f"sqlite:///{database['NAME']}"
+        else:
+            url = f"postgres://{database['USER']}@{database['HOST']}:{database['PORT'] or 5432}/{database['NAME']}"
+        connections.close_all()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "DATABASE_URL": url, "DEBUG": "0", "SECRET_KEY": os.environ.get("SECRET_KEY") or "test",
+           "ALLOWED_HOSTS": "127.0.0.1,localhost", "RUNWARDEN_EMBEDDED": "0", **_layer_env()}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "dashboard.asgi:application"],
+        cwd=Path(__file__).resolve().parents[1], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    for line in server.stderr:  # daphne logs "Listening on TCP address …" once it accepts
+        if "Listening on TCP address" in line:
+            break
+    else:
+        raise RuntimeError(f"daphne did not start (exit {server.wait()})")
+    # Keep draining its log so a chatty server never blocks on a full pipe.
+    import threading
+
+    threading.Thread(target=lambda: [None for _ in server.stderr], daemon=True).start()
+    yield f"http://127.0.0.1:{port}"
+    server.terminate()
+    server.wait(timeout=10)
+
+
+def _layer_env():
+    """REDIS_URL and the prefix of this process's Redis layer, for a server to share it."""
+    from django.conf import settings
+
+    layer = settings.CHANNEL_LAYERS["default"]
+    if "channels_redis" not in layer["BACKEND"]:
+        return {}
+    return {"REDIS_URL": layer["CONFIG"]["hosts"][0], "RUNWARDEN_CHANNEL_PREFIX": layer["CONFIG"]["prefix"]}

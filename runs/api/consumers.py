@@ -17,7 +17,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from runs import groups, metrics
 from runs.api.auth import find_key, token_from_header
 from runs.api.control import control_state
-from runs.api.db import db_call
+from runs.api.db_call import db_call
 from runs.api.errors import ApiError
 
 

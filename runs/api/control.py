@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 
 from runs import groups
 from runs.api.auth import run_for
-from runs.api.db import db_call
+from runs.api.db_call import db_call
 from runs.api.schemas import ERRORS, ControlOut
 from runs.api.serialize import cancel_info
 from runs.models import Run

@@ -4,8 +4,8 @@ Run them in their own pytest process (`-m browser`, with DJANGO_ALLOW_ASYNC_UNSA
 and HOME pointed at a temporary folder): Playwright's sync API keeps an event loop in
 the test thread, which breaks asyncio tests sharing the process.
 
-The server is a forked `DaphneProcess`; it does not share the in-memory channel layer,
-so both sides use the Redis pub/sub layer (own prefix per session). The test process
+The server is the suite's `live_server_url` (a daphne subprocess); it does not share an
+in-memory channel layer, so both sides use the Redis pub/sub layer (own prefix per session). The test process
 plays the rest of the system from a `Fleet` thread with its own event loop: it calls
 the transitions (which broadcast after commit), streams deltas, and acts as the worker
 that hears a cancel and settles.
@@ -14,7 +14,6 @@ that hears a cancel and settles.
 import asyncio
 import os
 import threading
-from functools import partial
 from pathlib import Path
 
 import pytest
@@ -76,12 +75,11 @@ def _redis_reachable():
         return False
 
 
-@pytest.fixture(scope="session")
-def live_server_url(django_db_setup, django_db_blocker):
-    """A daphne server in a forked process, on the test database and the Redis layer."""
+@pytest.fixture(scope="session", autouse=True)
+def _shared_layer():
+    """Both sides on the Redis pub/sub layer (own prefix per session), set before the
+    shared `live_server_url` (tests/conftest.py) starts its server with the same one."""
     from channels.layers import channel_layers
-    from channels.testing.live import make_application
-    from daphne.testing import DaphneProcess
 
     if not _redis_reachable():
         message = f"Redis at {REDIS_URL} is not reachable; the browser tests need a shared channel layer"
@@ -93,18 +91,6 @@ def live_server_url(django_db_setup, django_db_blocker):
         }
     }
     channel_layers.backends.clear()
-    with django_db_blocker.unblock():
-        connections.close_all()  # a forked child must not share our sockets
-        # No static wrapper: the app serves its collected files itself (ServeStatic), as in
-        # production with DEBUG=0.
-        server = DaphneProcess("127.0.0.1", partial(make_application, static_wrapper=None))
-        server.start()
-        if not server.ready.wait(timeout=20):
-            server.terminate()
-            raise RuntimeError("daphne did not start")
-    yield f"http://127.0.0.1:{server.port.value}"
-    server.terminate()
-    server.join(10)
 
 
 class Fleet:
