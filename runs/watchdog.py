@@ -9,7 +9,7 @@ Every sweep, on the database clock (one clock for every node):
     past deadline         non-terminal, deadline passed, no cancel yet     request cancel (watchdog)
     cancel not honoured   cancel older than RUNWARDEN_CANCEL_GRACE_S       escalate: the worker is told
                                                                            to stop hard (once)
-    hard stop ignored     escalated over RUNWARDEN_CANCEL_ESCALATE_S ago   retire (force_cancel)
+    hard stop ignored     escalated over RUNWARDEN_CANCEL_ESCALATE_S ago   retire
     ignored and silent    not honoured, heartbeat stale as well            retire at once
 
 A waiting run the engine released holds no heartbeat: it is never stuck nor reaped,
@@ -73,7 +73,7 @@ def sweep(*, stuck_s=None, reap_s=None, grace_s=None, escalate_s=None, limit=500
     ignored = queries.cancel_not_honoured(grace)
     for run_id in ignored.filter(silent).values_list("pk", flat=True)[:limit]:
         # Re-checked in the UPDATE: a heartbeat that lands now keeps the run alive.
-        if transitions.force_cancel(
+        if transitions.retire(
             run_id, by="watchdog", source=WATCHDOG, note="cancel not honoured; worker silent", guard=silent
         ):
             report.retired.append(run_id)
@@ -84,7 +84,7 @@ def sweep(*, stuck_s=None, reap_s=None, grace_s=None, escalate_s=None, limit=500
     hard_stop_ignored = queries.retire_due(escalate)
     for run_id in hard_stop_ignored.values_list("pk", flat=True)[:limit]:
         # The guard re-checks the escalation's age inside the UPDATE.
-        if transitions.force_cancel(
+        if transitions.retire(
             run_id, by="watchdog", source=WATCHDOG, note="cancel not honoured; hard stop ignored",
             guard=Q(cancel_escalated_at__lt=queries.stale_before(escalate)),
         ):

@@ -6,6 +6,7 @@ import threading
 from datetime import timedelta
 
 import pytest
+from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.contrib.auth.models import Permission, User
 from django.utils import timezone
@@ -77,7 +78,7 @@ async def honour_cancel(run_id, channel, go, worker="w-test"):
     while (await layer.receive(channel))["type"] != "run.cancel":
         pass
     await asyncio.get_running_loop().run_in_executor(None, go.wait, 10)
-    return await transitions.asettle(run_id, status="cancelled", reason="cancelled", worker=worker)
+    return await database_sync_to_async(transitions.settle)(run_id, status="cancelled", reason="cancelled", worker=worker)
 
 
 async def answer_resyncs(run_id, channel, state):

@@ -102,7 +102,7 @@ def test_audit_lists_actions_filters_and_exports_csv(op_client, running):
     run = running(title="noisy")
     transitions.request_cancel(run.id, by="alice", source="cli", note="too chatty")
     other = running(title="quiet")
-    transitions.force_cancel(other.id, by="bob", note="gone")
+    transitions.retire(other.id, by="bob", note="gone")
     html = op_client.get(reverse("dashboard:audit"), {"source": "cli"}).content.decode()
     assert "too chatty" in html and "alice" in html and "gone" not in html
     csv = b"".join(op_client.get(reverse("dashboard:audit_csv")).streaming_content).decode()

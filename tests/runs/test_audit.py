@@ -15,7 +15,7 @@ def test_audit_rows_for_each_action_and_source(make_run, running_run, run_in):
     a = running_run()
     transitions.request_cancel(a.id, by="alice", source="user", note="from the page")
     b = running_run()
-    transitions.force_cancel(b.id, by="cli", source="cli", note="worker died")
+    transitions.retire(b.id, by="cli", source="cli", note="worker died")
     c = run_in("failed")
     transitions.retry(c.id, by="bob", source="api")
     d = make_run(deadline=timezone.now() - timedelta(seconds=1))

@@ -118,7 +118,7 @@ async def test_a_retired_run_stops_and_its_late_settle_changes_nothing(serve, po
     worker, stop, task = await serve()
     await until_status(pool, run.id, "running")
     await asyncio.wait_for(_until(lambda: worker.active), 5)
-    assert await pool.call(transitions.force_cancel, run.id, by="op")
+    assert await pool.call(transitions.retire, run.id, by="op")
     await asyncio.wait_for(_until(lambda: not worker.active), 5)
     row = await pool.call(Run.objects.get, pk=run.id)
     kinds = await pool.call(lambda: list(row.events.values_list("kind", flat=True)))

@@ -69,7 +69,7 @@ async def test_long_poll_wait_is_capped(monkeypatch):
 
 async def test_long_poll_reports_a_run_that_ended_under_it():
     client, _, run_id = await held()
-    await database_sync_to_async(transitions.force_cancel)(run_id, by="alice")
+    await database_sync_to_async(transitions.retire)(run_id, by="alice")
     body = (await client.get(f"/api/v1/runs/{run_id}/control?wait=30")).json()
     assert (body["status"], body["held"]) == ("cancelled", False)
 
@@ -88,7 +88,7 @@ async def test_websocket_delivers_a_cancel_the_moment_it_is_requested():
     assert await socket.receive_json_from() == {"type": "ready", "run_id": run_id, "status": "running"}
     await database_sync_to_async(transitions.request_cancel)(run_id, by="alice", note="enough", source="user")
     assert await socket.receive_json_from(timeout=2) == {"type": "cancel", "source": "user", "note": "enough"}
-    await database_sync_to_async(transitions.force_cancel)(run_id, by="alice")
+    await database_sync_to_async(transitions.retire)(run_id, by="alice")
     assert await socket.receive_nothing(timeout=0.2)  # one cancel, once
     await socket.send_json_to({"type": "ping"})
     assert await socket.receive_json_from() == {"type": "pong"}
