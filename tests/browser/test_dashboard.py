@@ -164,7 +164,7 @@ def test_abort_confirm_cancelling_then_cancelled_live_and_the_list_follows(page,
     page.locator("#abort-dialog input[name=note]").fill("runaway loop")
     page.get_by_test_id("confirm-abort").click()
     # Honest: the cancel is asked for, the worker has not stopped yet.
-    expect(page.get_by_test_id("outcome")).to_contain_text("Cancel requested")
+    expect(page.get_by_test_id("outcome")).to_contain_text("Abort requested")
     expect(page.get_by_test_id("abort-button")).to_be_disabled()
     expect(page.get_by_test_id("run-status")).to_have_text("running")
     expect(page.locator("#run-header")).to_contain_text("cancelling…")

@@ -166,7 +166,7 @@ def test_reap_spares_a_fresh_heartbeat(running_run):
 
 def test_retry_writes_retried_on_original_and_created_on_new(run_in):
     original = run_in("failed")
-    new = transitions.retry(original.id, by="alice")
+    new = transitions.retry(original.id, by="alice").created
     assert kinds(original.id)[-1] == "retried"
     assert RunEvent.objects.get(run=original, kind="retried").data["new_run"] == str(new.id)
     assert RunEvent.objects.get(run=new, kind="created").data["retry_of"] == str(original.id)
@@ -186,8 +186,8 @@ def test_event_seqs_are_gapless_per_run(running_run):
 @pytest.mark.parametrize("ending", [("failed", "provider_failed", "failed"), ("cancel", None, "interrupted")])
 def test_queued_inputs_resolved_once_on_abnormal_end(running_run, ending):
     run = running_run()
-    first = transitions.queue_input(run.id, kind="message", payload={"text": "also do X"}, by="alice")
-    second = transitions.queue_input(run.id, kind="message", payload={"text": "and Y"}, by="alice")
+    first = transitions.queue_input(run.id, kind="message", payload={"text": "also do X"}, by="alice").created
+    second = transitions.queue_input(run.id, kind="message", payload={"text": "and Y"}, by="alice").created
     status, reason, resolution = ending
     if status == "cancel":
         transitions.retire(run.id)
@@ -199,7 +199,7 @@ def test_queued_inputs_resolved_once_on_abnormal_end(running_run, ending):
         item.refresh_from_db()
         assert (item.status, item.resolution) == ("cancelled", resolution)
     assert kinds(run.id).count("input_cancelled") == 1
-    assert transitions.queue_input(run.id, kind="message", payload={}) is None
+    assert transitions.queue_input(run.id, kind="message", payload={}).created is None
 
 
 def test_completed_run_leaves_consumed_inputs_alone(running_run):
@@ -330,7 +330,7 @@ def test_expiry_writes_settled_by_the_watchdog_and_the_discarded_gated_step(rele
 
 def test_expiry_resolves_queued_inputs_once(released_in):
     run = released_in(timeout_s=-1)
-    item = transitions.queue_input(run.id, kind="message", payload={"text": "hi"}, by="op")
+    item = transitions.queue_input(run.id, kind="message", payload={"text": "hi"}, by="op").created
     assert transitions.expire_waits() == [run.id]
     item.refresh_from_db()
     assert (item.status, item.resolution) == ("cancelled", "failed")

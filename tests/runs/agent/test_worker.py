@@ -92,7 +92,7 @@ async def test_shutdown_lets_short_runs_finish_and_fails_the_rest_retryably(serv
     discarded = await pool.call(lambda: list(rows[long.id].events.filter(kind="step_discarded").values_list("data", flat=True)))
     assert [(d["index"], d["reason"], d["interrupted"]) for d in discarded] == [(1, "worker shutdown", True)]
     assert rows[late.id].status == "queued"
-    retried = await pool.call(transitions.retry, long.id, by="op")
+    retried = (await pool.call(transitions.retry, long.id, by="op")).created
     assert retried is not None and retried.retry_of_id == long.id
 
 

@@ -46,7 +46,7 @@ def test_sigterm_ends_unfinished_runs_failed_worker_shutdown_and_they_can_be_ret
         assert events["settled"]["reason"] == "worker_shutdown" and events["settled"]["error_class"] == "WorkerShutdown"
         assert events["step_discarded"]["reason"] == "worker shutdown" and events["step_discarded"]["index"] == 1
         assert events["step_discarded"]["text"]  # what was streaming when it stopped
-        retried = transitions.retry(run.id, by="op")
+        retried = transitions.retry(run.id, by="op").created
         assert retried is not None and (retried.status, retried.retry_of_id) == ("queued", run.id)
     text = log.read_text()
     assert "they end failed/worker_shutdown" in text and "Traceback" not in text
