@@ -6,6 +6,7 @@ from collections import Counter
 from django.contrib import admin, messages
 
 from runs import transitions
+from runs.clientip import client_ip
 from runs.models import ApiKey, Run, RunEvent, Step
 
 
@@ -54,14 +55,14 @@ class RunAdmin(admin.ModelAdmin):
     @admin.action(description="Abort", permissions=["cancel"])
     def abort(self, request, queryset):
         self.message_user(request, summarize(
-            transitions.request_cancel(run_id, by=request.user, source=Run.CancelSource.ADMIN)
+            transitions.request_cancel(run_id, by=request.user, source=Run.CancelSource.ADMIN, client=client_ip(request))
             for run_id in queryset.values_list("pk", flat=True)
         ), messages.SUCCESS)
 
     @admin.action(description="Retire", permissions=["cancel"])
     def retire(self, request, queryset):
         self.message_user(request, summarize(
-            transitions.retire(run_id, by=request.user, source=Run.CancelSource.ADMIN)
+            transitions.retire(run_id, by=request.user, source=Run.CancelSource.ADMIN, client=client_ip(request))
             for run_id in queryset.values_list("pk", flat=True)
         ), messages.SUCCESS)
 

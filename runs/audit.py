@@ -1,7 +1,10 @@
 """The audit trail: every operator action, read from the runs' timelines.
 
 Each action is a RunEvent written by its transition in the same transaction as the
-change, with who (`actor`), from where (`source`) and the note: nothing to keep in sync.
+change, with who (`actor`), from where (`source`, in the glossary's words: dashboard,
+cli, api, admin, watchdog, worker), the client address when it came over HTTP (the
+forwarded one behind a trusted proxy; for the CLI the actor is the operating-system
+user) and the note: nothing to keep in sync. Shown as "alice via dashboard".
 """
 
 import csv
@@ -10,9 +13,10 @@ from runs.models import RunEvent
 
 E = RunEvent.Kind
 ACTION_KINDS = (E.CANCEL_REQUESTED, E.RETIRED, E.RETRIED, E.RESUMED, E.INPUT_QUEUED, E.REAPED)
-WHERE = {"user": "browser", "admin": "admin", "cli": "CLI", "api": "API", "watchdog": "watchdog",
-         "policy": "policy", "shutdown": "shutdown"}
-COLUMNS = ("at", "actor", "where", "action", "run_id", "run_title", "note")
+# stored source -> the word shown ("user" is the dashboard's stored value)
+WHERE = {"user": "dashboard", "cli": "cli", "api": "api", "admin": "admin", "watchdog": "watchdog",
+         "policy": "worker", "shutdown": "worker"}
+COLUMNS = ("at", "actor", "where", "client", "action", "run_id", "run_title", "note")
 
 
 def entries(*, actor="", source="", kind="", run_id=None):
@@ -34,6 +38,7 @@ def as_row(event):
         "at": event.at.isoformat(),
         "actor": event.actor or "-",
         "where": WHERE.get(event.source, event.source or "-"),
+        "client": (event.data or {}).get("client", ""),
         "action": event.get_kind_display(),
         "run_id": str(event.run_id),
         "run_title": event.run.title,

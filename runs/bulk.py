@@ -49,7 +49,7 @@ def ids_in_batches(runs, batch):
         last = ids[-1]
 
 
-def execute(action, runs, *, by=None, source=Run.CancelSource.USER, note="", batch=200):
+def execute(action, runs, *, by=None, source=Run.CancelSource.USER, note="", client="", batch=200):
     """Apply `action` to every run of the queryset; returns a Counter of what each
     became, in the outcomes' words (`Outcome.short`): requested / already requested /
     settled / already terminal (cancel), retired / already terminal (retire),
@@ -59,13 +59,13 @@ def execute(action, runs, *, by=None, source=Run.CancelSource.USER, note="", bat
     summary = Counter()
     for ids in ids_in_batches(runs, batch):
         for run_id in ids:
-            summary[_act(action, run_id, by=by, source=source, note=note)] += 1
+            summary[_act(action, run_id, by=by, source=source, note=note, client=client)] += 1
     return summary
 
 
-def _act(action, run_id, *, by, source, note):
+def _act(action, run_id, *, by, source, note, client):
     if action == "cancel":
-        return transitions.request_cancel(run_id, by=by, source=source, note=note).short
+        return transitions.request_cancel(run_id, by=by, source=source, note=note, client=client).short
     if action == "retire":
-        return transitions.retire(run_id, by=by, source=source, note=note).short
-    return transitions.retry(run_id, by=by, source=source).outcome.short
+        return transitions.retire(run_id, by=by, source=source, note=note, client=client).short
+    return transitions.retry(run_id, by=by, source=source, client=client).outcome.short

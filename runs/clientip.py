@@ -29,7 +29,7 @@ def forwarded(request):
 
 
 def client_ip(request):
-    """The client's address as a string (used by login throttling)."""
+    """The client's address as a string (login throttling; the audit's "from where")."""
     peer = request.META.get("REMOTE_ADDR", "")
     if not _trusted(_address(peer)):
         return peer

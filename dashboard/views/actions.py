@@ -15,7 +15,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from dashboard import runview
+from dashboard import clientip, runview
 from runs import bulk as runs_bulk
 from runs import transitions
 from runs.models import Run
@@ -71,19 +71,21 @@ def answer(request, run_id, status, level, message, *, goto=None):
 @operator_action
 def cancel(request, run_id):
     note = request.POST.get("note", "").strip()[:NOTE_LIMIT]
-    outcome = transitions.request_cancel(run_id, by=request.user, source=Run.CancelSource.USER, note=note)
+    outcome = transitions.request_cancel(run_id, by=request.user, source=Run.CancelSource.USER, note=note,
+                                         client=clientip.client_ip(request))
     return answer_outcome(request, run_id, outcome)
 
 
 @operator_action
 def retire(request, run_id):
     note = request.POST.get("note", "").strip()[:NOTE_LIMIT]
-    return answer_outcome(request, run_id, transitions.retire(run_id, by=request.user, note=note))
+    return answer_outcome(request, run_id, transitions.retire(run_id, by=request.user, note=note,
+                                                                   client=clientip.client_ip(request)))
 
 
 @operator_action
 def retry(request, run_id):
-    result = transitions.retry(run_id, by=request.user)
+    result = transitions.retry(run_id, by=request.user, client=clientip.client_ip(request))
     if not result:
         return answer_outcome(request, run_id, result.outcome)
     target = reverse("dashboard:run", args=[result.created.pk])
@@ -99,7 +101,7 @@ def retry(request, run_id):
 def approve(request, run_id):
     approved = request.POST.get("decision") == "approve"
     outcome = transitions.resume(run_id, expect=Run.Status.WAITING_FOR_APPROVAL, by=request.user,
-                                 answer={"approved": approved})
+                                 answer={"approved": approved}, client=clientip.client_ip(request))
     if outcome and not approved:  # a denial does not let the run go on: it ends it
         return answer_outcome(request, run_id, outcome, "Denied: the run ends failed (approval denied) "
                                                         "when its worker takes the answer.")
@@ -113,7 +115,8 @@ def send_input(request, run_id):
         if runview.get_run(run_id) is None:
             return answer(request, None, 404, "error", NO_SUCH_RUN)
         return answer(request, run_id, 400, "warning", "Type something to send.")
-    outcome = transitions.resume(run_id, expect=Run.Status.WAITING_FOR_INPUT, by=request.user, answer={"text": text})
+    outcome = transitions.resume(run_id, expect=Run.Status.WAITING_FOR_INPUT, by=request.user, answer={"text": text},
+                                 client=clientip.client_ip(request))
     return answer_outcome(request, run_id, outcome, f"Sent. {outcome.label}" if outcome else None)
 
 
@@ -129,7 +132,8 @@ def bulk(request):
         messages.warning(request, "Pick runs and an action.")
         return redirect(back)
     note = request.POST.get("note", "").strip()[:NOTE_LIMIT] or f"bulk {action}"
-    summary = runs_bulk.execute(action, Run.objects.filter(pk__in=ids), by=request.user, note=note)
+    summary = runs_bulk.execute(action, Run.objects.filter(pk__in=ids), by=request.user, note=note,
+                                client=clientip.client_ip(request))
     verb = {"cancel": "Abort", "retire": "Retire", "retry": "Retry"}[action]
     parts = ", ".join(f"{count} {outcome}" for outcome, count in sorted(summary.items()))
     messages.info(request, f"{verb} of {len(ids)} run{'s' if len(ids) != 1 else ''}: {parts or 'none found'}.")

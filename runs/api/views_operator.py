@@ -16,6 +16,7 @@ from runs.api.schemas import (
     RetireOut,
 )
 from runs.api.serialize import conflict
+from runs.clientip import client_ip
 from runs.models import Run
 from runs.transitions import CancelOutcome, Kind
 
@@ -39,7 +40,8 @@ def abort(request, run_id: str, payload: Annotated[CancelIn | None, Body()] = No
     require_operator(key)
     run = run_for(key, run_id, only=("id", "status", "termination_reason"))
     note = payload.note if payload else ""
-    outcome = transitions.request_cancel(run.pk, by=key.worker, source=Run.CancelSource.API, note=note)
+    outcome = transitions.request_cancel(run.pk, by=key.worker, source=Run.CancelSource.API, note=note,
+                                         client=client_ip(request))
     if outcome.kind in (Kind.REFUSED, Kind.NOT_FOUND):
         return _refused(outcome, run, key)
     if outcome == CancelOutcome.SETTLED:
@@ -58,7 +60,8 @@ def retire(request, run_id: str, payload: Annotated[CancelIn | None, Body()] = N
     require_operator(key)
     run = run_for(key, run_id, only=("id",))
     note = payload.note if payload else ""
-    outcome = transitions.retire(run.pk, by=key.worker, note=note, source=Run.CancelSource.API)
+    outcome = transitions.retire(run.pk, by=key.worker, note=note, source=Run.CancelSource.API,
+                                 client=client_ip(request))
     if not outcome:
         return _refused(outcome, run, key)
     return Status(200, {"retired": True, "status": Run.Status.CANCELLED, "reason": Run.TerminationReason.CANCELLED})

@@ -59,6 +59,12 @@ def refused(row, outcomes, live):
     return live
 
 
+def origin(client):
+    """The event data saying from which address an operator acted (the forwarded one
+    behind a trusted proxy, as the caller resolved it): {} when not given."""
+    return {"client": str(client)[:64]} if client else {}
+
+
 def actor_name(by):
     if by is None:
         return ""

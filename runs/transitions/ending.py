@@ -8,7 +8,7 @@ from django.db.models.functions import Coalesce, Now
 from runs import events, queries
 from runs.models import Run
 from runs.transitions._guard import (
-    ALLOWED_FROM, UNHELD, E, R, S, actor_name, cancel_wins, guarded, log, parse_id, refused, standing, terminal,
+    ALLOWED_FROM, UNHELD, E, R, S, actor_name, cancel_wins, guarded, log, origin, parse_id, refused, standing, terminal,
 )
 from runs.transitions.outcomes import CancelOutcome, RetireOutcome, SettleOutcome
 
@@ -16,7 +16,7 @@ TOTALS = ("tokens_in", "tokens_out", "cost", "steps", "tool_calls")
 ERROR_MESSAGE_LIMIT = 2000
 
 
-def request_cancel(run_id, *, by=None, source=Run.CancelSource.USER, note=""):
+def request_cancel(run_id, *, by=None, source=Run.CancelSource.USER, note="", client=""):
     """Ask a run to stop. A run nobody holds (queued, or waiting and released by the
     engine) is cancelled at once (SETTLED); a held one is flagged and its worker
     signalled (REQUESTED); asking twice is ALREADY_REQUESTED.
@@ -41,7 +41,7 @@ def request_cancel(run_id, *, by=None, source=Run.CancelSource.USER, note=""):
         event=E.CANCEL_REQUESTED,
         actor=actor,
         source=source,
-        data=lambda run: {"note": note, **({"settled_queued": True} if run.is_terminal else {})},
+        data=lambda run: {"note": note, **origin(client), **({"settled_queued": True} if run.is_terminal else {})},
         cancel_requested_at=Now(),
         cancel_requested_by=actor,
         cancel_source=source,
@@ -55,7 +55,7 @@ def request_cancel(run_id, *, by=None, source=Run.CancelSource.USER, note=""):
     return refused(standing(run_id), CancelOutcome, CancelOutcome.ALREADY_REQUESTED)
 
 
-def retire(run_id, *, by=None, note="", source=Run.CancelSource.USER, guard=None):
+def retire(run_id, *, by=None, note="", source=Run.CancelSource.USER, guard=None, client=""):
     """End a run whose worker is gone (or ignores an abort), without that worker: any
     non-terminal run becomes cancelled now; its late settle then loses. The totals it
     reached are kept. RETIRED, or ALREADY_TERMINAL / NOT_FOUND, or NOT_DUE when
@@ -69,7 +69,7 @@ def retire(run_id, *, by=None, note="", source=Run.CancelSource.USER, guard=None
         guard=guard,
         actor=actor,
         source=source,
-        data={"note": note},
+        data={"note": note, **origin(client)},
         # Keep an earlier request's who/when: the timeline shows both.
         cancel_requested_at=Coalesce(F("cancel_requested_at"), Now()),
         cancel_requested_by=Case(When(no_request, then=Value(actor)), default=F("cancel_requested_by")),

@@ -5,12 +5,12 @@ from django.db.models.functions import Now
 
 from runs import events
 from runs.models import Run, RunInput
-from runs.transitions._guard import ALLOWED_FROM, E, actor_name, parse_id, refused, standing
+from runs.transitions._guard import ALLOWED_FROM, E, actor_name, origin, parse_id, refused, standing
 from runs.transitions.outcomes import InputOutcome, Result, RetryOutcome
 from runs.transitions.lifecycle import create_run
 
 
-def retry(run_id, *, by=None, source=Run.CancelSource.USER):
+def retry(run_id, *, by=None, source=Run.CancelSource.USER, client=""):
     """Queue a fresh run copying a terminal, retryable one (linked by `retry_of`),
     once per run: `Result(RETRIED, new run)`, else `Result(outcome)` with
     ALREADY_RETRIED, NOT_RETRYABLE, NOT_ENDED or NOT_FOUND."""
@@ -36,7 +36,8 @@ def retry(run_id, *, by=None, source=Run.CancelSource.USER):
             cost_budget=original.cost_budget,
             retry_of=original,
         )
-        events.append(original.id, E.RETRIED, actor=actor_name(by), source=source, new_run=str(new.id))
+        events.append(original.id, E.RETRIED, actor=actor_name(by), source=source, new_run=str(new.id),
+                      **origin(client))
     return Result(RetryOutcome.RETRIED, new)
 
 
@@ -51,7 +52,7 @@ def _not_retried(run_id):
     return RetryOutcome.ALREADY_RETRIED
 
 
-def queue_input(run_id, *, kind, payload, by=None, source=Run.CancelSource.USER):
+def queue_input(run_id, *, kind, payload, by=None, source=Run.CancelSource.USER, client=""):
     """Queue an operator input for a run that has not ended: `Result(QUEUED, the
     RunInput)`, else `Result(ALREADY_TERMINAL)` or `Result(NOT_FOUND)`."""
     run_id = parse_id(run_id)
@@ -62,7 +63,8 @@ def queue_input(run_id, *, kind, payload, by=None, source=Run.CancelSource.USER)
         if run_id is None or not live.select_for_update().exists():
             return Result(refused(standing(run_id), InputOutcome, InputOutcome.ALREADY_TERMINAL))
         item = RunInput.objects.create(run_id=run_id, kind=kind, payload=payload, created_by=actor_name(by))
-        events.append(run_id, E.INPUT_QUEUED, actor=actor_name(by), source=source, input=item.pk, kind=kind)
+        events.append(run_id, E.INPUT_QUEUED, actor=actor_name(by), source=source, input=item.pk, kind=kind,
+                      **origin(client))
     return Result(InputOutcome.QUEUED, item)
 
 

@@ -9,7 +9,7 @@ from django.db.models.functions import Coalesce, Now
 
 from runs import broadcast
 from runs.models import Run, RunEvent, RunInput
-from runs.transitions._guard import ALLOWED_FROM, E, S, Heartbeat, actor_name, guarded, parse_id, refused, standing
+from runs.transitions._guard import ALLOWED_FROM, E, S, Heartbeat, actor_name, guarded, origin, parse_id, refused, standing
 from runs.transitions.outcomes import ClaimOutcome, ResumeOutcome, SuspendOutcome
 
 def create_run(
@@ -240,7 +240,7 @@ ANSWERS = {
 }
 
 
-def resume(run_id, *, expect, by=None, answer=None, source=Run.CancelSource.USER):
+def resume(run_id, *, expect, by=None, answer=None, source=Run.CancelSource.USER, client=""):
     """Answer a run waiting for `expect` (WAITING_FOR_APPROVAL or WAITING_FOR_INPUT):
     a run waiting for the other thing is refused (WAITS_FOR_INPUT / _APPROVAL), the
     guard checks it. Claimed once: of two answers racing, one wins; the other changes
@@ -255,16 +255,17 @@ def resume(run_id, *, expect, by=None, answer=None, source=Run.CancelSource.USER
     kind, other_wait = ANSWERS[expect]
     actor, answer = actor_name(by), answer or {}
     common = {"event": E.RESUMED, "actor": actor, "source": source}
+    where = origin(client)
     with transaction.atomic():
         outcome = ResumeOutcome.RESUMED
         run = guarded(
-            run_id, "resume", guard=Q(status=expect) & ~Q(worker=""), data={"answer": answer}, **common,
+            run_id, "resume", guard=Q(status=expect) & ~Q(worker=""), data={"answer": answer, **where}, **common,
             status=S.RUNNING, pending_request=None,
         )
         if run is None:
             outcome = ResumeOutcome.REQUEUED
             run = guarded(
-                run_id, "resume", guard=Q(status=expect, worker=""), data={"answer": answer, "requeued": True},
+                run_id, "resume", guard=Q(status=expect, worker=""), data={"answer": answer, "requeued": True, **where},
                 **common, status=S.QUEUED, wait_deadline=None,
             )
         if run is None:

@@ -68,7 +68,7 @@ def test_bulk_preview_counts_then_confirm_retires_through_transitions(op_client,
     transitions.settle(runs[0].id, status="completed", reason="completed", worker="w1")  # ends meanwhile
     done = op_client.post(url, {"action": "retire", "section": "stuck", "note": "host died"})
     html = done.content.decode()
-    assert done.status_code == 200 and "<b>2</b> settled" in html
+    assert done.status_code == 200 and "<b>2</b> retired" in html
     assert Run.objects.get(pk=runs[0].id).status == "completed"  # not overwritten
     retired = RunEvent.objects.filter(kind="retired", data__note="host died")
     assert retired.count() == 2 and {e.actor for e in retired} == {"operator"}
@@ -106,8 +106,8 @@ def test_audit_lists_actions_filters_and_exports_csv(op_client, running):
     html = op_client.get(reverse("dashboard:audit"), {"source": "cli"}).content.decode()
     assert "too chatty" in html and "alice" in html and "gone" not in html
     csv = b"".join(op_client.get(reverse("dashboard:audit_csv")).streaming_content).decode()
-    assert csv.splitlines()[0] == "at,actor,where,action,run_id,run_title,note"
-    assert "alice,CLI,cancel requested" in csv and "bob,browser,retired" in csv
+    assert csv.splitlines()[0] == "at,actor,where,client,action,run_id,run_title,note"
+    assert "alice,cli,,cancel requested" in csv and "bob,dashboard,,retired" in csv
 
 
 def test_overview_renders_charts_with_numbers(op_client, running):

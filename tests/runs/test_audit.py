@@ -13,7 +13,7 @@ pytestmark = pytest.mark.django_db
 
 def test_audit_rows_for_each_action_and_source(make_run, running_run, run_in):
     a = running_run()
-    transitions.request_cancel(a.id, by="alice", source="user", note="from the page")
+    transitions.request_cancel(a.id, by="alice", source="user", note="from the page", client="203.0.113.7")
     b = running_run()
     transitions.retire(b.id, by="cli", source="cli", note="worker died")
     c = run_in("failed")
@@ -21,11 +21,11 @@ def test_audit_rows_for_each_action_and_source(make_run, running_run, run_in):
     d = make_run(deadline=timezone.now() - timedelta(seconds=1))
     watchdog.sweep()
     rows = [audit.as_row(e) for e in audit.entries()]
-    seen = {(r["actor"], r["where"], r["action"], r["note"]) for r in rows}
-    assert ("alice", "browser", "cancel requested", "from the page") in seen
-    assert ("cli", "CLI", "retired", "worker died") in seen
-    assert ("bob", "API", "retried", "") in seen
-    assert ("watchdog", "watchdog", "cancel requested", "deadline exceeded") in seen
+    seen = {(r["actor"], r["where"], r["client"], r["action"], r["note"]) for r in rows}
+    assert ("alice", "dashboard", "203.0.113.7", "cancel requested", "from the page") in seen
+    assert ("cli", "cli", "", "retired", "worker died") in seen
+    assert ("bob", "api", "", "retried", "") in seen
+    assert ("watchdog", "watchdog", "", "cancel requested", "deadline exceeded") in seen
     assert {e.run_id for e in audit.entries(actor="watchdog")} == {d.id}
     assert {e.run_id for e in audit.entries(source="cli")} == {b.id}
 
@@ -36,5 +36,19 @@ def test_csv_export_is_inert_against_formula_injection(running_run):
     out = io.StringIO()
     audit.write_csv(audit.entries(), out)
     lines = out.getvalue().splitlines()
-    assert lines[0] == "at,actor,where,action,run_id,run_title,note"
+    assert lines[0] == "at,actor,where,client,action,run_id,run_title,note"
     assert "'=HYPERLINK" in lines[1] and "'+1 cmd" in lines[1]
+
+
+@pytest.mark.parametrize("verb", ["request_cancel", "retire", "retry", "resume", "queue_input"])
+def test_every_operator_verb_keeps_the_client_address(run_in, released_in, verb):
+    run = run_in("failed") if verb == "retry" else released_in() if verb == "resume" else run_in("running")
+    extra = {"resume": {"expect": "waiting_for_approval", "answer": {"approved": True}},
+             "queue_input": {"kind": "message", "payload": {"text": "hi"}}}.get(verb, {})
+    assert getattr(transitions, verb)(run.id, by="alice", client="2001:db8::7", **extra)
+    (row,) = [audit.as_row(e) for e in audit.entries(run_id=run.id)]
+    assert (row["actor"], row["where"], row["client"]) == ("alice", "dashboard", "2001:db8::7")
+
+
+def test_the_where_words_are_the_glossarys():
+    assert set(audit.WHERE.values()) <= {"dashboard", "cli", "api", "admin", "watchdog", "worker"}
