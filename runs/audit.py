@@ -13,6 +13,9 @@ from runs.models import RunEvent
 
 E = RunEvent.Kind
 ACTION_KINDS = (E.CANCEL_REQUESTED, E.RETIRED, E.RETRIED, E.RESUMED, E.INPUT_QUEUED, E.REAPED)
+# event kind -> the action in the operator's words (the glossary's "abort", "retire")
+ACTIONS = {E.CANCEL_REQUESTED: "abort", E.RETIRED: "retire", E.RETRIED: "retry", E.RESUMED: "answer",
+           E.INPUT_QUEUED: "send input", E.REAPED: "reap"}
 # stored source -> the word shown ("user" is the dashboard's stored value)
 WHERE = {"user": "dashboard", "cli": "cli", "api": "api", "admin": "admin", "watchdog": "watchdog",
          "policy": "worker", "shutdown": "worker"}
@@ -39,11 +42,21 @@ def as_row(event):
         "actor": event.actor or "-",
         "where": WHERE.get(event.source, event.source or "-"),
         "client": (event.data or {}).get("client", ""),
-        "action": event.get_kind_display(),
+        "action": action(event),
         "run_id": str(event.run_id),
         "run_title": event.run.title,
         "note": (event.data or {}).get("note", ""),
     }
+
+
+def action(event):
+    """What the operator did: an answer says which (approve, deny, send input)."""
+    if event.kind == E.RESUMED:
+        answer = (event.data or {}).get("answer") or {}
+        if "approved" in answer:
+            return "approve" if answer["approved"] is True else "deny"
+        return "send input"
+    return ACTIONS.get(event.kind, event.get_kind_display())
 
 
 def inert_row(event):

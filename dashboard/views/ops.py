@@ -107,7 +107,7 @@ def audit_page(request):
     return render(request, "ops/audit.html", {
         "page": page, "rows": [audit.as_row(e) for e in page], "query": query.urlencode(),
         "filters": {k: request.GET.get(k, "") for k in AUDIT_FILTERS},
-        "wheres": audit.WHERE.items(), "kinds": [(k.value, k.label) for k in audit.ACTION_KINDS],
+        "wheres": audit.WHERE.items(), "kinds": [(k.value, audit.ACTIONS[k]) for k in audit.ACTION_KINDS],
     })
 
 

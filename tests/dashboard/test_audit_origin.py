@@ -24,7 +24,7 @@ def test_an_abort_behind_the_proxy_keeps_the_forwarded_address(op_client, runnin
     page = op_client.get(reverse("dashboard:audit")).content.decode()
     assert "operator via dashboard" in page and "203.0.113.7" in page
     csv = b"".join(op_client.get(reverse("dashboard:audit_csv")).streaming_content).decode()
-    assert ",dashboard,203.0.113.7,cancel requested," in csv
+    assert ",dashboard,203.0.113.7,abort," in csv
 
 
 def test_a_forwarded_header_from_an_untrusted_peer_is_not_believed(op_client, running):

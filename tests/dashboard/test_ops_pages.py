@@ -107,7 +107,7 @@ def test_audit_lists_actions_filters_and_exports_csv(op_client, running):
     assert "too chatty" in html and "alice" in html and "gone" not in html
     csv = b"".join(op_client.get(reverse("dashboard:audit_csv")).streaming_content).decode()
     assert csv.splitlines()[0] == "at,actor,where,client,action,run_id,run_title,note"
-    assert "alice,cli,,cancel requested" in csv and "bob,dashboard,,retired" in csv
+    assert "alice,cli,,abort" in csv and "bob,dashboard,,retire" in csv
 
 
 def test_overview_renders_charts_with_numbers(op_client, running):

@@ -22,10 +22,10 @@ def test_audit_rows_for_each_action_and_source(make_run, running_run, run_in):
     watchdog.sweep()
     rows = [audit.as_row(e) for e in audit.entries()]
     seen = {(r["actor"], r["where"], r["client"], r["action"], r["note"]) for r in rows}
-    assert ("alice", "dashboard", "203.0.113.7", "cancel requested", "from the page") in seen
-    assert ("cli", "cli", "", "retired", "worker died") in seen
-    assert ("bob", "api", "", "retried", "") in seen
-    assert ("watchdog", "watchdog", "", "cancel requested", "deadline exceeded") in seen
+    assert ("alice", "dashboard", "203.0.113.7", "abort", "from the page") in seen
+    assert ("cli", "cli", "", "retire", "worker died") in seen
+    assert ("bob", "api", "", "retry", "") in seen
+    assert ("watchdog", "watchdog", "", "abort", "deadline exceeded") in seen
     assert {e.run_id for e in audit.entries(actor="watchdog")} == {d.id}
     assert {e.run_id for e in audit.entries(source="cli")} == {b.id}
 
@@ -52,3 +52,15 @@ def test_every_operator_verb_keeps_the_client_address(run_in, released_in, verb)
 
 def test_the_where_words_are_the_glossarys():
     assert set(audit.WHERE.values()) <= {"dashboard", "cli", "api", "admin", "watchdog", "worker"}
+
+
+@pytest.mark.parametrize("answer, word", [({"approved": True}, "approve"), ({"approved": False}, "deny")])
+def test_an_answer_says_which_in_the_audit(released_in, answer, word):
+    run = released_in()
+    assert transitions.resume(run.id, expect="waiting_for_approval", by="alice", answer=answer)
+    assert [audit.as_row(e)["action"] for e in audit.entries(run_id=run.id)] == [word]
+
+
+def test_the_audit_names_actions_in_the_glossarys_words():
+    assert {audit.ACTIONS[k] for k in audit.ACTION_KINDS} >= {"abort", "retire", "retry"}
+    assert "cancel" not in " ".join(audit.ACTIONS.values())
