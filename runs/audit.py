@@ -16,8 +16,8 @@ ACTION_KINDS = (E.CANCEL_REQUESTED, E.RETIRED, E.RETRIED, E.RESUMED, E.INPUT_QUE
 # event kind -> the action in the operator's words (the glossary's "abort", "retire")
 ACTIONS = {E.CANCEL_REQUESTED: "abort", E.RETIRED: "retire", E.RETRIED: "retry", E.RESUMED: "answer",
            E.INPUT_QUEUED: "send input", E.REAPED: "reap"}
-# stored source -> the word shown ("user" is the dashboard's stored value)
-WHERE = {"user": "dashboard", "cli": "cli", "api": "api", "admin": "admin", "watchdog": "watchdog",
+# stored source -> the word shown (a stopping worker's and a policy's: the worker's)
+WHERE = {"dashboard": "dashboard", "cli": "cli", "api": "api", "admin": "admin", "watchdog": "watchdog",
          "policy": "worker", "shutdown": "worker"}
 COLUMNS = ("at", "actor", "where", "client", "action", "run_id", "run_title", "note")
 

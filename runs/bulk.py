@@ -49,7 +49,7 @@ def ids_in_batches(runs, batch):
         last = ids[-1]
 
 
-def execute(action, runs, *, by=None, source=Run.CancelSource.USER, note="", client="", batch=200):
+def execute(action, runs, *, by=None, source=Run.CancelSource.DASHBOARD, note="", client="", batch=200):
     """Apply `action` to every run of the queryset; returns a Counter of what each
     became, in the outcomes' words (`Outcome.short`): requested / already requested /
     settled / already terminal (cancel), retired / already terminal (retire),

@@ -71,7 +71,7 @@ def answer(request, run_id, status, level, message, *, goto=None):
 @operator_action
 def cancel(request, run_id):
     note = request.POST.get("note", "").strip()[:NOTE_LIMIT]
-    outcome = transitions.request_cancel(run_id, by=request.user, source=Run.CancelSource.USER, note=note,
+    outcome = transitions.request_cancel(run_id, by=request.user, source=Run.CancelSource.DASHBOARD, note=note,
                                          client=clientip.client_ip(request))
     return answer_outcome(request, run_id, outcome)
 

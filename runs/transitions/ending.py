@@ -16,7 +16,7 @@ TOTALS = ("tokens_in", "tokens_out", "cost", "steps", "tool_calls")
 ERROR_MESSAGE_LIMIT = 2000
 
 
-def request_cancel(run_id, *, by=None, source=Run.CancelSource.USER, note="", client=""):
+def request_cancel(run_id, *, by=None, source=Run.CancelSource.DASHBOARD, note="", client=""):
     """Ask a run to stop. A run nobody holds (queued, or waiting and released by the
     engine) is cancelled at once (SETTLED); a held one is flagged and its worker
     signalled (REQUESTED); asking twice is ALREADY_REQUESTED.
@@ -55,7 +55,7 @@ def request_cancel(run_id, *, by=None, source=Run.CancelSource.USER, note="", cl
     return refused(standing(run_id), CancelOutcome, CancelOutcome.ALREADY_REQUESTED)
 
 
-def retire(run_id, *, by=None, note="", source=Run.CancelSource.USER, guard=None, client=""):
+def retire(run_id, *, by=None, note="", source=Run.CancelSource.DASHBOARD, guard=None, client=""):
     """End a run whose worker is gone (or ignores an abort), without that worker: any
     non-terminal run becomes cancelled now; its late settle then loses. The totals it
     reached are kept. RETIRED, or ALREADY_TERMINAL / NOT_FOUND, or NOT_DUE when

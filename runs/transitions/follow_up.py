@@ -10,7 +10,7 @@ from runs.transitions.outcomes import InputOutcome, Result, RetryOutcome
 from runs.transitions.lifecycle import create_run
 
 
-def retry(run_id, *, by=None, source=Run.CancelSource.USER, client=""):
+def retry(run_id, *, by=None, source=Run.CancelSource.DASHBOARD, client=""):
     """Queue a fresh run copying a terminal, retryable one (linked by `retry_of`),
     once per run: `Result(RETRIED, new run)`, else `Result(outcome)` with
     ALREADY_RETRIED, NOT_RETRYABLE, NOT_ENDED or NOT_FOUND."""
@@ -52,7 +52,7 @@ def _not_retried(run_id):
     return RetryOutcome.ALREADY_RETRIED
 
 
-def queue_input(run_id, *, kind, payload, by=None, source=Run.CancelSource.USER, client=""):
+def queue_input(run_id, *, kind, payload, by=None, source=Run.CancelSource.DASHBOARD, client=""):
     """Queue an operator input for a run that has not ended: `Result(QUEUED, the
     RunInput)`, else `Result(ALREADY_TERMINAL)` or `Result(NOT_FOUND)`."""
     run_id = parse_id(run_id)

@@ -240,7 +240,7 @@ ANSWERS = {
 }
 
 
-def resume(run_id, *, expect, by=None, answer=None, source=Run.CancelSource.USER, client=""):
+def resume(run_id, *, expect, by=None, answer=None, source=Run.CancelSource.DASHBOARD, client=""):
     """Answer a run waiting for `expect` (WAITING_FOR_APPROVAL or WAITING_FOR_INPUT):
     a run waiting for the other thing is refused (WAITS_FOR_INPUT / _APPROVAL), the
     guard checks it. Claimed once: of two answers racing, one wins; the other changes

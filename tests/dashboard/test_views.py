@@ -192,7 +192,7 @@ def test_cancel_of_a_running_run_is_202_requested(op_client, running):
     assert re.search(r'data-testid="abort-button"[^>]*disabled', html)
     run.refresh_from_db()
     assert run.status == "running" and run.is_cancelling
-    assert (run.cancel_requested_by, run.cancel_source, run.cancel_note) == ("operator", "user", "stop it")
+    assert (run.cancel_requested_by, run.cancel_source, run.cancel_note) == ("operator", "dashboard", "stop it")
 
 
 def test_cancel_twice_is_202_already_requested(op_client, running):

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.django_db
 
 def test_audit_rows_for_each_action_and_source(make_run, running_run, run_in):
     a = running_run()
-    transitions.request_cancel(a.id, by="alice", source="user", note="from the page", client="203.0.113.7")
+    transitions.request_cancel(a.id, by="alice", source="dashboard", note="from the page", client="203.0.113.7")
     b = running_run()
     transitions.retire(b.id, by="cli", source="cli", note="worker died")
     c = run_in("failed")

@@ -33,7 +33,7 @@ async def test_cancel_request_reaches_viewers_list_and_the_executor():
     assert (changed["type"], changed["event"], changed["run_id"]) == ("run.changed", "cancel_requested", str(run.id))
     assert (await asyncio.wait_for(layer.receive(lister), 2))["event"] == "cancel_requested"
     cancel = await asyncio.wait_for(layer.receive(executor), 2)
-    assert cancel == {"type": "run.cancel", "run_id": str(run.id), "source": "user", "note": "enough"}
+    assert cancel == {"type": "run.cancel", "run_id": str(run.id), "source": "dashboard", "note": "enough"}
 
 
 async def test_nothing_is_announced_for_a_rolled_back_change():

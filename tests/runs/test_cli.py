@@ -82,7 +82,7 @@ def test_show_prints_fields_and_timeline(running_run):
     run = running_run()
     transitions.request_cancel(run.id, by="alice", note="why not")
     out = runs("show", str(run.id))
-    assert str(run.id) in out and "running" in out and "alice via user (why not)" in out
+    assert str(run.id) in out and "running" in out and "alice via dashboard (why not)" in out
     assert "claimed" in out and "cancel_requested" in out
 
 

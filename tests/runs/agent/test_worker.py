@@ -105,7 +105,7 @@ async def test_a_run_cancelled_before_the_shutdown_still_ends_cancelled(serve, p
     stop.set()
     await asyncio.wait_for(task, 5)
     row = await pool.call(Run.objects.get, pk=run.id)
-    assert (row.status, row.termination_reason, row.cancel_source) == ("cancelled", "cancelled", "user")
+    assert (row.status, row.termination_reason, row.cancel_source) == ("cancelled", "cancelled", "dashboard")
 
 
 async def _until_async(pool, predicate):

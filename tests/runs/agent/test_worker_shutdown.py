@@ -67,7 +67,7 @@ def test_a_run_an_operator_cancelled_just_before_sigterm_ends_cancelled(start_wo
 
     cancelled.refresh_from_db()
     other.refresh_from_db()
-    assert (cancelled.status, cancelled.termination_reason, cancelled.cancel_source) == ("cancelled", "cancelled", "user")
+    assert (cancelled.status, cancelled.termination_reason, cancelled.cancel_source) == ("cancelled", "cancelled", "dashboard")
     assert cancelled.steps == 1 and not cancelled.is_retryable
     assert (other.status, other.termination_reason) == ("failed", "worker_shutdown")
     # The worker settled it as a shutdown; the database recorded the cancel that came first.
