@@ -79,8 +79,8 @@ def cancel(request, run_id):
 @operator_action
 def retire(request, run_id):
     note = request.POST.get("note", "").strip()[:NOTE_LIMIT]
-    return answer_outcome(request, run_id, transitions.retire(run_id, by=request.user, note=note,
-                                                                   client=clientip.client_ip(request)))
+    outcome = transitions.retire(run_id, by=request.user, note=note, client=clientip.client_ip(request))
+    return answer_outcome(request, run_id, outcome)
 
 
 @operator_action
