@@ -1,10 +1,12 @@
-"""The Django admin for runs: read-only rows, and two actions through the transitions."""
+"""The Django admin for runs: read-only rows, and two actions through the transitions
+(Abort and Retire, the operator's words)."""
 
 from collections import Counter
 
 from django.contrib import admin, messages
 
 from runs import transitions
+from runs.clientip import client_ip
 from runs.models import ApiKey, Run, RunEvent, Step
 
 
@@ -34,7 +36,7 @@ class RunAdmin(admin.ModelAdmin):
     search_fields = ("id", "title", "agent")
     date_hierarchy = "created_at"
     inlines = (StepInline, EventInline)
-    actions = ("request_cancel", "retire")
+    actions = ("abort", "retire")
 
     # Rows change only through runs.transitions: the admin can look, never save a run
     # (a save would write every field back, status included, over a concurrent settle).
@@ -50,36 +52,29 @@ class RunAdmin(admin.ModelAdmin):
     def has_cancel_permission(self, request):
         return request.user.has_perm("runs.cancel_run")
 
-    @admin.action(description="Request cancel", permissions=["cancel"])
-    def request_cancel(self, request, queryset):
-        outcomes = Counter(
-            transitions.request_cancel(run_id, by=request.user, source=Run.CancelSource.ADMIN)
+    @admin.action(description="Abort", permissions=["cancel"])
+    def abort(self, request, queryset):
+        self.message_user(request, summarize(
+            transitions.request_cancel(run_id, by=request.user, source=Run.CancelSource.ADMIN, client=client_ip(request))
             for run_id in queryset.values_list("pk", flat=True)
-        )
-        self.message_user(request, summarize(outcomes), messages.SUCCESS)
+        ), messages.SUCCESS)
 
-    @admin.action(description="Retire (force cancel)", permissions=["cancel"])
+    @admin.action(description="Retire", permissions=["cancel"])
     def retire(self, request, queryset):
-        outcomes = Counter(
-            transitions.CancelOutcome.SETTLED
-            if transitions.force_cancel(run_id, by=request.user, source=Run.CancelSource.ADMIN)
-            else transitions.CancelOutcome.ALREADY_TERMINAL
+        self.message_user(request, summarize(
+            transitions.retire(run_id, by=request.user, source=Run.CancelSource.ADMIN, client=client_ip(request))
             for run_id in queryset.values_list("pk", flat=True)
-        )
-        self.message_user(request, summarize(outcomes), messages.SUCCESS)
+        ), messages.SUCCESS)
 
 
 def summarize(outcomes):
-    """'2 requested, 1 settled, 3 already terminal' — every outcome counted, none hidden."""
-    labels = {
-        transitions.CancelOutcome.REQUESTED: "requested",
-        transitions.CancelOutcome.ALREADY_REQUESTED: "already requested",
-        transitions.CancelOutcome.SETTLED: "settled",
-        transitions.CancelOutcome.ALREADY_TERMINAL: "already terminal",
-        transitions.CancelOutcome.NOT_FOUND: "not found",
-    }
-    parts = [f"{outcomes[o]} {label}" for o, label in labels.items() if outcomes[o]]
-    return ", ".join(parts) or "nothing selected"
+    """'2 requested, 1 settled, 3 already terminal' — every outcome counted, none hidden,
+    in the outcomes' own order."""
+    counts = Counter(outcomes)
+    if not counts:
+        return "nothing selected"
+    verb_outcomes = type(next(iter(counts)))  # all of one verb: its enum gives the order
+    return ", ".join(f"{counts[o]} {o.short}" for o in verb_outcomes if counts[o])
 
 
 @admin.register(ApiKey)

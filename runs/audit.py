@@ -1,7 +1,10 @@
 """The audit trail: every operator action, read from the runs' timelines.
 
 Each action is a RunEvent written by its transition in the same transaction as the
-change, with who (`actor`), from where (`source`) and the note: nothing to keep in sync.
+change, with who (`actor`), from where (`source`, in the glossary's words: dashboard,
+cli, api, admin, watchdog, worker), the client address when it came over HTTP (the
+forwarded one behind a trusted proxy; for the CLI the actor is the operating-system
+user) and the note: nothing to keep in sync. Shown as "alice via dashboard".
 """
 
 import csv
@@ -10,9 +13,13 @@ from runs.models import RunEvent
 
 E = RunEvent.Kind
 ACTION_KINDS = (E.CANCEL_REQUESTED, E.RETIRED, E.RETRIED, E.RESUMED, E.INPUT_QUEUED, E.REAPED)
-WHERE = {"user": "browser", "admin": "admin", "cli": "CLI", "api": "API", "watchdog": "watchdog",
-         "policy": "policy", "shutdown": "shutdown"}
-COLUMNS = ("at", "actor", "where", "action", "run_id", "run_title", "note")
+# event kind -> the action in the operator's words (the glossary's "abort", "retire")
+ACTIONS = {E.CANCEL_REQUESTED: "abort", E.RETIRED: "retire", E.RETRIED: "retry", E.RESUMED: "answer",
+           E.INPUT_QUEUED: "send input", E.REAPED: "reap"}
+# stored source -> the word shown (a stopping worker's and a policy's: the worker's)
+WHERE = {"dashboard": "dashboard", "cli": "cli", "api": "api", "admin": "admin", "watchdog": "watchdog",
+         "policy": "worker", "shutdown": "worker"}
+COLUMNS = ("at", "actor", "where", "client", "action", "run_id", "run_title", "note")
 
 
 def entries(*, actor="", source="", kind="", run_id=None):
@@ -34,11 +41,22 @@ def as_row(event):
         "at": event.at.isoformat(),
         "actor": event.actor or "-",
         "where": WHERE.get(event.source, event.source or "-"),
-        "action": event.get_kind_display(),
+        "client": (event.data or {}).get("client", ""),
+        "action": action(event),
         "run_id": str(event.run_id),
         "run_title": event.run.title,
         "note": (event.data or {}).get("note", ""),
     }
+
+
+def action(event):
+    """What the operator did: an answer says which (approve, deny, send input)."""
+    if event.kind == E.RESUMED:
+        answer = (event.data or {}).get("answer") or {}
+        if "approved" in answer:
+            return "approve" if answer["approved"] is True else "deny"
+        return "send input"
+    return ACTIONS.get(event.kind, event.get_kind_display())
 
 
 def inert_row(event):

@@ -10,16 +10,8 @@ from dataclasses import dataclass
 
 from runs import rules, transitions
 from runs.models import Run
-from runs.transitions import CancelOutcome
 
 ACTIONS = ("cancel", "retire", "retry")
-OUTCOME_LABELS = {
-    CancelOutcome.REQUESTED: "requested",
-    CancelOutcome.ALREADY_REQUESTED: "already requested",
-    CancelOutcome.SETTLED: "settled",
-    CancelOutcome.ALREADY_TERMINAL: "already terminal",
-    CancelOutcome.NOT_FOUND: "not found",
-}
 
 
 @dataclass(frozen=True)
@@ -57,23 +49,23 @@ def ids_in_batches(runs, batch):
         last = ids[-1]
 
 
-def execute(action, runs, *, by=None, source=Run.CancelSource.USER, note="", batch=200):
-    """Apply `action` to every run of the queryset; returns a Counter of outcomes:
-    requested / already requested / settled / already terminal (cancel, retire),
-    retried / not retryable (retry)."""
+def execute(action, runs, *, by=None, source=Run.CancelSource.DASHBOARD, note="", client="", batch=200):
+    """Apply `action` to every run of the queryset; returns a Counter of what each
+    became, in the outcomes' words (`Outcome.short`): requested / already requested /
+    settled / already terminal (cancel), retired / already terminal (retire),
+    retried / not retryable / already retried / not ended (retry)."""
     if action not in ACTIONS:
         raise ValueError(f"unknown bulk action {action!r}")
     summary = Counter()
     for ids in ids_in_batches(runs, batch):
         for run_id in ids:
-            summary[_act(action, run_id, by=by, source=source, note=note)] += 1
+            summary[_act(action, run_id, by=by, source=source, note=note, client=client)] += 1
     return summary
 
 
-def _act(action, run_id, *, by, source, note):
+def _act(action, run_id, *, by, source, note, client):
     if action == "cancel":
-        return OUTCOME_LABELS[transitions.request_cancel(run_id, by=by, source=source, note=note)]
+        return transitions.request_cancel(run_id, by=by, source=source, note=note, client=client).short
     if action == "retire":
-        won = transitions.force_cancel(run_id, by=by, source=source, note=note)
-        return "settled" if won else "already terminal"
-    return "retried" if transitions.retry(run_id, by=by, source=source) else "not retryable"
+        return transitions.retire(run_id, by=by, source=source, note=note, client=client).short
+    return transitions.retry(run_id, by=by, source=source, client=client).outcome.short

@@ -33,9 +33,9 @@ class TerminationReason(models.TextChoices):
 
 
 class CancelSource(models.TextChoices):
-    USER = "user", "user"  # an operator in the dashboard
+    DASHBOARD = "dashboard", "dashboard"  # an operator in the dashboard (stored "user" before migration 0007)
     API = "api", "api"  # an operator key over the agent API
-    CLI = "cli", "cli"  # manage.py runs cancel
+    CLI = "cli", "cli"  # manage.py runs abort / retire
     ADMIN = "admin", "admin"  # the Django admin action
     WATCHDOG = "watchdog", "watchdog"  # deadline or unhonoured cancel
     WORKER = "worker", "worker"  # the run's own worker: its deadline passed

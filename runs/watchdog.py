@@ -11,7 +11,7 @@ thresholds are `runs.rules`:
                                                                            run's worker may be first)
     cancel not honoured   cancel older than RUNWARDEN_CANCEL_GRACE_S       escalate: the worker is told
                                                                            to stop hard (once)
-    hard stop ignored     escalated over RUNWARDEN_CANCEL_ESCALATE_S ago   retire (force_cancel)
+    hard stop ignored     escalated over RUNWARDEN_CANCEL_ESCALATE_S ago   retire
     ignored and silent    not honoured, heartbeat stale as well            retire at once
 
 A waiting run the engine released holds no heartbeat: it is never stuck nor reaped,
@@ -76,7 +76,7 @@ def sweep(*, stuck_s=None, reap_s=None, grace_s=None, escalate_s=None, limit=500
     ignored = Run.objects.filter(rules.not_honoured(limits.grace))
     for run_id in ignored.filter(silent).values_list("pk", flat=True)[:limit]:
         # Re-checked in the UPDATE: a heartbeat that lands now keeps the run alive.
-        if transitions.force_cancel(
+        if transitions.retire(
             run_id, by="watchdog", source=WATCHDOG, note="cancel not honoured; worker silent", guard=silent
         ):
             report.retired.append(run_id)
@@ -87,7 +87,7 @@ def sweep(*, stuck_s=None, reap_s=None, grace_s=None, escalate_s=None, limit=500
     hard_stop_ignored = Run.objects.filter(rules.retire_due(limits.escalate))
     for run_id in hard_stop_ignored.values_list("pk", flat=True)[:limit]:
         # The guard re-checks the escalation's age inside the UPDATE.
-        if transitions.force_cancel(
+        if transitions.retire(
             run_id, by="watchdog", source=WATCHDOG, note="cancel not honoured; hard stop ignored",
             guard=Q(cancel_escalated_at__lt=rules.stale_before(limits.escalate)),
         ):

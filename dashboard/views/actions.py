@@ -15,29 +15,23 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from dashboard import runview
+from dashboard import clientip, runview
 from runs import bulk as runs_bulk
 from runs import rules, transitions
 from runs.models import Run
-from runs.transitions import CancelOutcome, parse_id
+from runs.transitions import CancelOutcome, Kind, parse_id
+from runs.transitions.outcomes import NO_SUCH_RUN
 
 NOTE_LIMIT = rules.NOTE_LIMIT
 INPUT_LIMIT = 10_000
 BULK_LIMIT = 500
 
-CANCEL_ANSWERS = {
-    # outcome: (status code, level, message)
-    CancelOutcome.REQUESTED: (
-        202, "info",
-        "Cancel requested. Waiting for the worker to stop at its next checkpoint; the status changes when it has.",
-    ),
-    CancelOutcome.ALREADY_REQUESTED: (
-        202, "info", "A cancel was already requested; still waiting for the worker to stop.",
-    ),
-    CancelOutcome.SETTLED: (200, "success", "It had not started yet: cancelled at once."),
-    CancelOutcome.ALREADY_TERMINAL: (409, "warning", "Nothing to cancel: the run had already ended."),
-    CancelOutcome.NOT_FOUND: (404, "error", "No such run."),
-}
+# How an outcome's kind answers over HTTP: (status code, message level). The words are
+# the outcome's own label (runs.transitions.outcomes).
+ANSWERS = {Kind.DONE: (200, "success"), Kind.UNCHANGED: (200, "info"), Kind.REFUSED: (409, "warning"),
+           Kind.NOT_FOUND: (404, "error")}
+# Accepted, not done yet: the worker still has to stop.
+PENDING = {CancelOutcome.REQUESTED, CancelOutcome.ALREADY_REQUESTED}
 
 
 def operator_action(view):
@@ -52,6 +46,13 @@ def operator_action(view):
         return view(request, *args, **kwargs)
 
     return wrapper
+
+
+def answer_outcome(request, run_id, outcome, message=None):
+    """`answer` for a transition's outcome: its kind gives the code, its label the words."""
+    status, level = (202, "info") if outcome in PENDING else ANSWERS[outcome.kind]
+    return answer(request, run_id if outcome.kind != Kind.NOT_FOUND else None, status, level,
+                  message or outcome.label)
 
 
 def answer(request, run_id, status, level, message, *, goto=None):
@@ -70,62 +71,53 @@ def answer(request, run_id, status, level, message, *, goto=None):
 @operator_action
 def cancel(request, run_id):
     note = request.POST.get("note", "").strip()[:NOTE_LIMIT]
-    outcome = transitions.request_cancel(run_id, by=request.user, source=Run.CancelSource.USER, note=note)
-    status, level, message = CANCEL_ANSWERS[outcome]
-    return answer(request, run_id, status, level, message)
+    outcome = transitions.request_cancel(run_id, by=request.user, source=Run.CancelSource.DASHBOARD, note=note,
+                                         client=clientip.client_ip(request))
+    return answer_outcome(request, run_id, outcome)
 
 
 @operator_action
 def retire(request, run_id):
     note = request.POST.get("note", "").strip()[:NOTE_LIMIT]
-    if runview.get_run(run_id) is None:
-        return answer(request, None, 404, "error", "No such run.")
-    if transitions.force_cancel(run_id, by=request.user, note=note):
-        return answer(request, run_id, 200, "success",
-                      "Retired: marked cancelled now, without waiting for its worker. If that worker "
-                      "is still alive, its late settle will be ignored.")
-    return answer(request, run_id, 409, "warning", "Nothing to retire: the run had already ended.")
+    outcome = transitions.retire(run_id, by=request.user, note=note, client=clientip.client_ip(request))
+    return answer_outcome(request, run_id, outcome)
 
 
 @operator_action
 def retry(request, run_id):
-    if runview.get_run(run_id) is None:
-        return answer(request, None, 404, "error", "No such run.")
-    new = transitions.retry(run_id, by=request.user)
-    if new is None:
-        return answer(request, run_id, 409, "warning", "Not retried: the run is not retryable or was retried already.")
-    target = reverse("dashboard:run", args=[new.pk])
+    result = transitions.retry(run_id, by=request.user, client=clientip.client_ip(request))
+    if not result:
+        return answer_outcome(request, run_id, result.outcome)
+    target = reverse("dashboard:run", args=[result.created.pk])
     if request.htmx:
         response = HttpResponse(status=201)
         response["HX-Redirect"] = target  # a full page load: the new run gets its own socket
         return response
-    messages.success(request, "Retry queued as a new run.")
+    messages.success(request, result.outcome.label)
     return redirect(target)
 
 
 @operator_action
 def approve(request, run_id):
-    if runview.get_run(run_id) is None:
-        return answer(request, None, 404, "error", "No such run.")
     approved = request.POST.get("decision") == "approve"
-    if transitions.resume(run_id, by=request.user, answer={"approved": approved}):
-        word = "Approved" if approved else "Denied"
-        return answer(request, run_id, 200, "success", f"{word}. The run goes on with that answer.")
-    return answer(request, run_id, 409, "warning", "Not applied: the run is no longer waiting for approval "
-                  "(someone else may have answered first).")
+    outcome = transitions.resume(run_id, expect=Run.Status.WAITING_FOR_APPROVAL, by=request.user,
+                                 answer={"approved": approved}, client=clientip.client_ip(request))
+    if outcome and not approved:  # a denial does not let the run go on: it ends it
+        return answer_outcome(request, run_id, outcome, "Denied: the run ends failed (approval denied) "
+                                                        "when its worker takes the answer.")
+    return answer_outcome(request, run_id, outcome, f"Approved. {outcome.label}" if outcome else None)
 
 
 @operator_action
 def send_input(request, run_id):
-    if runview.get_run(run_id) is None:
-        return answer(request, None, 404, "error", "No such run.")
     text = request.POST.get("text", "").strip()[:INPUT_LIMIT]
     if not text:
+        if runview.get_run(run_id) is None:
+            return answer(request, None, 404, "error", NO_SUCH_RUN)
         return answer(request, run_id, 400, "warning", "Type something to send.")
-    waiting = Run.objects.filter(pk=run_id, status=Run.Status.WAITING_FOR_INPUT).exists()
-    if waiting and transitions.resume(run_id, by=request.user, answer={"text": text}):
-        return answer(request, run_id, 200, "success", "Sent. The run goes on with your input.")
-    return answer(request, run_id, 409, "warning", "Not sent: the run is no longer waiting for input.")
+    outcome = transitions.resume(run_id, expect=Run.Status.WAITING_FOR_INPUT, by=request.user, answer={"text": text},
+                                 client=clientip.client_ip(request))
+    return answer_outcome(request, run_id, outcome, f"Sent. {outcome.label}" if outcome else None)
 
 
 @operator_action
@@ -140,7 +132,8 @@ def bulk(request):
         messages.warning(request, "Pick runs and an action.")
         return redirect(back)
     note = request.POST.get("note", "").strip()[:NOTE_LIMIT] or f"bulk {action}"
-    summary = runs_bulk.execute(action, Run.objects.filter(pk__in=ids), by=request.user, note=note)
+    summary = runs_bulk.execute(action, Run.objects.filter(pk__in=ids), by=request.user, note=note,
+                                client=clientip.client_ip(request))
     verb = {"cancel": "Abort", "retire": "Retire", "retry": "Retry"}[action]
     parts = ", ".join(f"{count} {outcome}" for outcome, count in sorted(summary.items()))
     messages.info(request, f"{verb} of {len(ids)} run{'s' if len(ids) != 1 else ''}: {parts or 'none found'}.")

@@ -83,7 +83,7 @@ def bulk_page(request):
         preview = bulk.preview(action, runs)
         return render(request, "ops/bulk.html", {**context, "preview": preview, "access": runview.Access.of(request.user)})
     note = source.get("note", "").strip()[:NOTE_LIMIT] or f"bulk {action}"
-    summary = bulk.execute(action, targets, by=request.user, note=note)
+    summary = bulk.execute(action, targets, by=request.user, note=note, client=clientip.client_ip(request))
     return render(request, "ops/bulk.html", {**context, "summary": sorted(summary.items()), "total": sum(summary.values())})
 
 
@@ -107,7 +107,7 @@ def audit_page(request):
     return render(request, "ops/audit.html", {
         "page": page, "rows": [audit.as_row(e) for e in page], "query": query.urlencode(),
         "filters": {k: request.GET.get(k, "") for k in AUDIT_FILTERS},
-        "wheres": audit.WHERE.items(), "kinds": [(k.value, k.label) for k in audit.ACTION_KINDS],
+        "wheres": audit.WHERE.items(), "kinds": [(k.value, audit.ACTIONS[k]) for k in audit.ACTION_KINDS],
     })
 
 

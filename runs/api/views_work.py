@@ -110,7 +110,7 @@ def settle(request, run_id: str, payload: SettleIn, response: HttpResponse, idem
             return 409, conflict(run, key.worker, settled=False)
         totals = payload.totals.model_dump(exclude_none=True) if payload.totals else None
         try:
-            won = transitions.settle(
+            outcome = transitions.settle(
                 run.pk,
                 status=payload.status,
                 reason=payload.reason,
@@ -122,10 +122,11 @@ def settle(request, run_id: str, payload: SettleIn, response: HttpResponse, idem
             )
         except ValueError as error:
             raise ApiError(422, str(error), code="invalid_outcome") from None
-        if not won:
+        if not outcome:
             return 409, conflict(run, key.worker, settled=False)
-        after = Run.objects.only("status", "termination_reason").get(pk=run.pk)
-        return 200, {"settled": True, "status": after.status, "reason": after.termination_reason}
+        if outcome == transitions.SettleOutcome.CANCEL_WON:  # the cancel came first: recorded cancelled
+            return 200, {"settled": True, "status": Run.Status.CANCELLED, "reason": Run.TerminationReason.CANCELLED}
+        return 200, {"settled": True, "status": payload.status, "reason": payload.reason}
 
     status, body = idempotent(request, key.worker, compute)
     mark_replay(request, response)

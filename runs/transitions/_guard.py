@@ -1,7 +1,6 @@
-"""The guard behind every transition: the allowed-from table and the one helper that
-does the conditional UPDATE, writes the event and schedules the broadcast."""
+"""The guard behind every transition: the one helper that does the conditional UPDATE
+(allowed sources from `table.ALLOWED_FROM`), writes the event and schedules the broadcast."""
 
-import enum
 import logging
 import uuid
 from dataclasses import dataclass
@@ -13,6 +12,7 @@ from django.db.models.sql import UpdateQuery
 
 from runs import broadcast, events
 from runs.models import Run, RunEvent, RunInput
+from runs.transitions.table import ALLOWED_FROM
 
 log = logging.getLogger("runs.transitions")
 
@@ -20,32 +20,9 @@ S = Run.Status
 R = Run.TerminationReason
 E = RunEvent.Kind
 
-ALLOWED_FROM = {
-    "claim": (S.QUEUED,),
-    "heartbeat": Run.LIVE,
-    # One statement for both cases: a queued run is settled cancelled at once, a live
-    # one is flagged (guarded on no request pending); see ending.request_cancel.
-    "request_cancel": Run.NON_TERMINAL,
-    "suspend": (S.RUNNING,),
-    "resume": Run.WAITING,
-    "settle": Run.LIVE,
-    "force_cancel": Run.NON_TERMINAL,
-    "escalate_cancel": Run.LIVE,
-    "reap": (S.RUNNING,),
-    "expire_wait": Run.WAITING,  # released and past its wait deadline
-}
-
 # Runs no worker holds: a queued one, or a waiting one the engine released. A cancel
 # settles these at once, since nobody is there to notice it.
 UNHELD = Q(status=S.QUEUED) | Q(status__in=Run.WAITING, worker="")
-
-
-class CancelOutcome(enum.StrEnum):
-    REQUESTED = "requested"  # a live run: its worker will stop at its next checkpoint
-    ALREADY_REQUESTED = "already_requested"  # asked before; still cancelling
-    SETTLED = "settled"  # it was queued: cancelled at once
-    ALREADY_TERMINAL = "already_terminal"  # it had ended; nothing changed
-    NOT_FOUND = "not_found"  # no such run (or a malformed id)
 
 
 @dataclass(frozen=True)
@@ -63,6 +40,29 @@ def parse_id(run_id):
         return uuid.UUID(str(run_id))
     except ValueError:
         return None
+
+
+def standing(run_id, *fields):
+    """The row's status (and `fields`) as it stands, or None: read once by a transition
+    whose guard refused, to say why in its outcome."""
+    run_id = parse_id(run_id)
+    return Run.objects.filter(pk=run_id).values("status", *fields).first() if run_id else None
+
+
+def refused(row, outcomes, live):
+    """The outcome for a refusal, by where the row stands: NOT_FOUND, ALREADY_TERMINAL,
+    or `live` (the verb's own "not in the state I start from")."""
+    if row is None:
+        return outcomes.NOT_FOUND
+    if row["status"] in Run.TERMINAL:
+        return outcomes.ALREADY_TERMINAL
+    return live
+
+
+def origin(client):
+    """The event data saying from which address an operator acted (the forwarded one
+    behind a trusted proxy, as the caller resolved it): {} when not given."""
+    return {"client": str(client)[:64]} if client else {}
 
 
 def actor_name(by):

@@ -1,4 +1,4 @@
-"""The ways out: request cancel, retire, reap, settle."""
+"""The ways out: request cancel (abort), retire, reap, settle."""
 
 from decimal import Decimal
 
@@ -8,14 +8,15 @@ from django.db.models.functions import Coalesce, Now
 from runs import events, messages, rules
 from runs.models import Run
 from runs.transitions._guard import (
-    ALLOWED_FROM, UNHELD, E, R, S, CancelOutcome, actor_name, cancel_wins, guarded, log, parse_id, terminal,
+    ALLOWED_FROM, UNHELD, E, R, S, actor_name, cancel_wins, guarded, log, origin, parse_id, refused, standing, terminal,
 )
+from runs.transitions.outcomes import CancelOutcome, RetireOutcome, SettleOutcome
 
 TOTALS = ("tokens_in", "tokens_out", "cost", "steps", "tool_calls")
 ERROR_MESSAGE_LIMIT = 2000
 
 
-def request_cancel(run_id, *, by=None, source=Run.CancelSource.USER, note=""):
+def request_cancel(run_id, *, by=None, source=Run.CancelSource.DASHBOARD, note="", client=""):
     """Ask a run to stop. A run nobody holds (queued, or waiting and released by the
     engine) is cancelled at once (SETTLED); a held one is flagged and its worker
     signalled (REQUESTED); asking twice is ALREADY_REQUESTED.
@@ -40,7 +41,7 @@ def request_cancel(run_id, *, by=None, source=Run.CancelSource.USER, note=""):
         event=E.CANCEL_REQUESTED,
         actor=actor,
         source=source,
-        data=lambda run: {"note": note, **({"settled_queued": True} if run.is_terminal else {})},
+        data=lambda run: {"note": note, **origin(client), **({"settled_queued": True} if run.is_terminal else {})},
         to_worker=lambda run: None if run.is_terminal else messages.cancel(run),  # settled: nobody to tell
         cancel_requested_at=Now(),
         cancel_requested_by=actor,
@@ -52,30 +53,25 @@ def request_cancel(run_id, *, by=None, source=Run.CancelSource.USER, note=""):
     )
     if run is not None:
         return CancelOutcome.SETTLED if run.is_terminal else CancelOutcome.REQUESTED
-    run_id = parse_id(run_id)
-    status = Run.objects.filter(pk=run_id).values_list("status", flat=True).first() if run_id else None
-    if status is None:
-        return CancelOutcome.NOT_FOUND
-    if status in Run.TERMINAL:
-        return CancelOutcome.ALREADY_TERMINAL
-    return CancelOutcome.ALREADY_REQUESTED
+    return refused(standing(run_id), CancelOutcome, CancelOutcome.ALREADY_REQUESTED)
 
 
-def force_cancel(run_id, *, by=None, note="", source=Run.CancelSource.USER, guard=None):
-    """Retire a run whose worker is gone: any non-terminal run becomes cancelled now.
-    The totals it reached are kept. False when it had already ended (or `guard`, a Q
-    re-checked inside the UPDATE, no longer holds)."""
+def retire(run_id, *, by=None, note="", source=Run.CancelSource.DASHBOARD, guard=None, client=""):
+    """End a run whose worker is gone (or ignores an abort), without that worker: any
+    non-terminal run becomes cancelled now; its late settle then loses. The totals it
+    reached are kept. RETIRED, or ALREADY_TERMINAL / NOT_FOUND, or NOT_DUE when
+    `guard` (a Q re-checked inside the UPDATE, e.g. "still silent") no longer holds."""
     actor, note = actor_name(by), (note or "")[:rules.NOTE_LIMIT]
     no_request = Q(cancel_requested_at__isnull=True)
     run = guarded(
         run_id,
-        "force_cancel",
+        "retire",
         event=E.RETIRED,
         guard=guard,
         to_worker=messages.cancel,  # a worker still alive must stop
         actor=actor,
         source=source,
-        data={"note": note},
+        data={"note": note, **origin(client)},
         # Keep an earlier request's who/when: the timeline shows both.
         cancel_requested_at=Coalesce(F("cancel_requested_at"), Now()),
         cancel_requested_by=Case(When(no_request, then=Value(actor)), default=F("cancel_requested_by")),
@@ -83,7 +79,9 @@ def force_cancel(run_id, *, by=None, note="", source=Run.CancelSource.USER, guar
         cancel_note=Case(When(no_request, then=Value(note)), default=F("cancel_note")),
         **terminal(S.CANCELLED, R.CANCELLED),
     )
-    return run is not None
+    if run is not None:
+        return RetireOutcome.RETIRED
+    return refused(standing(run_id), RetireOutcome, RetireOutcome.NOT_DUE)
 
 
 def reap_stale(*, older_than, limit=500):
@@ -121,9 +119,11 @@ def settle(
     error_class="",
     error_message="",
 ):
-    """End a live run. Guarded on non-terminal and, with `worker`, on that worker
-    holding it. Returns False for a late or duplicate settle, which changes nothing,
-    keeps the first outcome, logs one INFO line and writes `late_settle_ignored`."""
+    """End a live run. Guarded on live and, with `worker`, on that worker holding it.
+    SETTLED (as asked) or CANCEL_WON (a failure while a cancel is pending is recorded
+    cancelled/cancelled). A late or duplicate settle changes nothing, keeps the first
+    outcome, logs one INFO line and writes `late_settle_ignored`: ALREADY_TERMINAL, or
+    NOT_HELD (queued, or another worker holds it); NOT_FOUND for no such run."""
     if reason not in Run.REASONS.get(status, ()):
         raise ValueError(f"{reason!r} is not a termination reason for {status!r}")
     if truncated and reason not in Run.TRUNCATING:
@@ -146,29 +146,30 @@ def settle(
         **changes,
     )
     if run is None:
-        _ignore_late_settle(run_id, worker, status, reason)
-        return False
+        return _ignore_late_settle(run_id, worker, status, reason)
     if run.status == S.COMPLETED and run.cancel_requested_at is not None:
         events.append(run.id, E.CANCEL_TOO_LATE, actor=worker or "", source=run.cancel_source)
-    return True
+    return SettleOutcome.CANCEL_WON if run.status != status else SettleOutcome.SETTLED
 
 
 def _ignore_late_settle(run_id, worker, status, reason):
     run_id = parse_id(run_id)
-    standing = Run.objects.filter(pk=run_id).values("status", "termination_reason", "worker").first()
-    if standing is None:
-        return
+    row = standing(run_id, "termination_reason", "worker")
+    outcome = refused(row, SettleOutcome, SettleOutcome.NOT_HELD)
+    if row is None:
+        return outcome
     log.info(
         "late settle ignored: run %s refused %s/%s from worker %r; %s/%s stands",
-        run_id, status, reason, worker or "", standing["status"], standing["termination_reason"],
+        run_id, status, reason, worker or "", row["status"], row["termination_reason"],
     )
     events.append(
         run_id,
         E.LATE_SETTLE_IGNORED,
         actor=worker or "",
         refused={"status": status, "reason": reason},
-        standing={"status": standing["status"], "reason": standing["termination_reason"]},
+        standing={"status": row["status"], "reason": row["termination_reason"]},
     )
+    return outcome
 
 
 def _totals(totals):

@@ -5,20 +5,22 @@
 `RUNWARDEN_CANCEL_GRACE_S` after the request the watchdog calls `escalate_cancel`
 (once: the guard is `cancel_escalated_at IS NULL`), which writes `cancel_not_honoured`
 on the timeline and sends the worker a hard stop; `RUNWARDEN_CANCEL_ESCALATE_S` after
-that it retires the run (`force_cancel`), whose late settle then loses and is traced.
+that it retires the run (`retire`), whose late settle then loses and is traced.
 """
 
 from django.db.models import Q
 from django.db.models.functions import Now
 
 from runs import messages
-from runs.transitions._guard import E, guarded
+from runs.models import Run
+from runs.transitions._guard import E, guarded, refused, standing
+from runs.transitions.outcomes import EscalateOutcome
 
 
 def escalate_cancel(run_id, *, by="watchdog", grace_s=None):
     """Mark a live run's pending cancel as not honoured and ask its worker to stop
-    hard. True once per run; False when it has ended, has no pending cancel, or was
-    escalated already (another watchdog won)."""
+    hard. ESCALATED once per run; ALREADY_ESCALATED (another watchdog won),
+    NO_CANCEL_PENDING, ALREADY_TERMINAL or NOT_FOUND otherwise."""
     run = guarded(
         run_id,
         "escalate_cancel",
@@ -30,4 +32,9 @@ def escalate_cancel(run_id, *, by="watchdog", grace_s=None):
         cancel_escalated_at=Now(),
         to_worker=messages.hard_stop,
     )
-    return run is not None
+    if run is not None:
+        return EscalateOutcome.ESCALATED
+    row = standing(run_id, "cancel_requested_at", "cancel_escalated_at")
+    if row is not None and row["cancel_escalated_at"] is not None and row["status"] in Run.LIVE:
+        return EscalateOutcome.ALREADY_ESCALATED
+    return refused(row, EscalateOutcome, EscalateOutcome.NO_CANCEL_PENDING)

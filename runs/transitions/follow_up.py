@@ -5,20 +5,22 @@ from django.db.models.functions import Now
 
 from runs import events, rules
 from runs.models import Run, RunInput
-from runs.transitions._guard import E, actor_name, parse_id
+from runs.transitions._guard import ALLOWED_FROM, E, actor_name, origin, parse_id, refused, standing
+from runs.transitions.outcomes import InputOutcome, Result, RetryOutcome
 from runs.transitions.lifecycle import create_run
 
 
-def retry(run_id, *, by=None, source=Run.CancelSource.USER):
-    """Queue a fresh run copying a terminal, retryable one (linked by `retry_of`).
-    Once per run: None when it is not retryable or was retried already."""
+def retry(run_id, *, by=None, source=Run.CancelSource.DASHBOARD, client=""):
+    """Queue a fresh run copying a terminal, retryable one (linked by `retry_of`),
+    once per run: `Result(RETRIED, new run)`, else `Result(outcome)` with
+    ALREADY_RETRIED, NOT_RETRYABLE, NOT_ENDED or NOT_FOUND."""
     run_id = parse_id(run_id)
     if run_id is None:
-        return None
+        return Result(RetryOutcome.NOT_FOUND)
     once = Run.objects.filter(rules.RETRYABLE, pk=run_id)
     with transaction.atomic():
         if not once.update(retried_at=Now()):
-            return None
+            return Result(_not_retried(run_id))
         original = Run.objects.get(pk=run_id)
         new = create_run(
             agent=original.agent,
@@ -29,22 +31,36 @@ def retry(run_id, *, by=None, source=Run.CancelSource.USER):
             cost_budget=original.cost_budget,
             retry_of=original,
         )
-        events.append(original.id, E.RETRIED, actor=actor_name(by), source=source, new_run=str(new.id))
-    return new
+        events.append(original.id, E.RETRIED, actor=actor_name(by), source=source, new_run=str(new.id),
+                      **origin(client))
+    return Result(RetryOutcome.RETRIED, new)
 
 
-def queue_input(run_id, *, kind, payload, by=None, source=Run.CancelSource.USER):
-    """Queue an operator input for a non-terminal run; None when it has ended."""
+def _not_retried(run_id):
+    row = standing(run_id, "termination_reason", "retried_at")
+    if row is None:
+        return RetryOutcome.NOT_FOUND
+    if row["status"] not in Run.TERMINAL:
+        return RetryOutcome.NOT_ENDED
+    if row["termination_reason"] not in Run.RETRYABLE:
+        return RetryOutcome.NOT_RETRYABLE
+    return RetryOutcome.ALREADY_RETRIED
+
+
+def queue_input(run_id, *, kind, payload, by=None, source=Run.CancelSource.DASHBOARD, client=""):
+    """Queue an operator input for a run that has not ended: `Result(QUEUED, the
+    RunInput)`, else `Result(ALREADY_TERMINAL)` or `Result(NOT_FOUND)`."""
     run_id = parse_id(run_id)
     with transaction.atomic():
-        live = Run.objects.filter(pk=run_id, status__in=Run.NON_TERMINAL)
+        live = Run.objects.filter(pk=run_id, status__in=ALLOWED_FROM["queue_input"])
         # Lock the run row so a settle cannot slip between the check and the insert and
         # strand the input as queued forever (settle takes the same row in its UPDATE).
         if run_id is None or not live.select_for_update().exists():
-            return None
+            return Result(refused(standing(run_id), InputOutcome, InputOutcome.ALREADY_TERMINAL))
         item = RunInput.objects.create(run_id=run_id, kind=kind, payload=payload, created_by=actor_name(by))
-        events.append(run_id, E.INPUT_QUEUED, actor=actor_name(by), source=source, input=item.pk, kind=kind)
-    return item
+        events.append(run_id, E.INPUT_QUEUED, actor=actor_name(by), source=source, input=item.pk, kind=kind,
+                      **origin(client))
+    return Result(InputOutcome.QUEUED, item)
 
 
 def consume_inputs(run_id, *, kind=None):

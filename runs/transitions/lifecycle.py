@@ -9,7 +9,8 @@ from django.db.models.functions import Coalesce, Now
 
 from runs import broadcast
 from runs.models import Run, RunEvent, RunInput
-from runs.transitions._guard import ALLOWED_FROM, E, S, Heartbeat, actor_name, guarded, parse_id
+from runs.transitions._guard import ALLOWED_FROM, E, S, Heartbeat, actor_name, guarded, origin, parse_id, refused, standing
+from runs.transitions.outcomes import ClaimOutcome, ResumeOutcome, SuspendOutcome
 
 def create_run(
     *,
@@ -57,8 +58,11 @@ def create_run(
 
 
 def claim(run_id, *, worker):
-    """Take a queued run for `worker`. False when it is not queued any more."""
-    return _claim(run_id, worker) is not None
+    """Take a queued run for `worker`: CLAIMED, else NOT_QUEUED (taken, or waiting),
+    ALREADY_TERMINAL or NOT_FOUND."""
+    if _claim(run_id, worker) is not None:
+        return ClaimOutcome.CLAIMED
+    return refused(standing(run_id), ClaimOutcome, ClaimOutcome.NOT_QUEUED)
 
 
 def _claim(run_id, worker, resumed=False):
@@ -190,7 +194,8 @@ def _beat_portable(ids, worker):
 
 def suspend(run_id, *, worker, status, request=None, release=False, timeout_s=None, charge=None):
     """Park a running run waiting for input or approval (`request` says what for).
-    False when the worker does not hold it or a cancel is pending.
+    SUSPENDED, else CANCEL_PENDING, NOT_HELD (not running, or another worker's),
+    ALREADY_TERMINAL or NOT_FOUND.
 
     `release=True` (the engine): the worker lets go of the run, so it holds no slot and
     no heartbeat; `request["resume"]` must carry what a worker needs to take it up
@@ -219,33 +224,56 @@ def suspend(run_id, *, worker, status, request=None, release=False, timeout_s=No
         data={"request": shown, **({"released": True, "charged": _jsonable(charge)} if release else {})},
         **changes,
     )
-    return run is not None
+    if run is not None:
+        return SuspendOutcome.SUSPENDED
+    row = standing(run_id, "worker", "cancel_requested_at")
+    if row is not None and row["status"] == S.RUNNING and row["worker"] == worker and row["cancel_requested_at"]:
+        return SuspendOutcome.CANCEL_PENDING
+    return refused(row, SuspendOutcome, SuspendOutcome.NOT_HELD)
 
 
-def resume(run_id, *, by=None, answer=None, source=Run.CancelSource.USER):
-    """Answer a waiting run. Claimed once: of two answers racing, one returns True; the
-    other changes nothing and returns False. The answer is queued as a RunInput.
+# What an answer is, by the wait it answers: the RunInput kind, and the refusal when
+# the run waits for the other thing (an approval is no input, and the reverse).
+ANSWERS = {
+    S.WAITING_FOR_APPROVAL: (RunInput.Kind.APPROVAL, ResumeOutcome.WAITS_FOR_INPUT),
+    S.WAITING_FOR_INPUT: (RunInput.Kind.MESSAGE, ResumeOutcome.WAITS_FOR_APPROVAL),
+}
 
-    A run its holder kept (an API agent) is set running again for that holder; a run
-    the engine released is queued again, for any worker of its agent (`claim_next`
-    takes it first), keeping `pending_request` for the worker that resumes it."""
+
+def resume(run_id, *, expect, by=None, answer=None, source=Run.CancelSource.DASHBOARD, client=""):
+    """Answer a run waiting for `expect` (WAITING_FOR_APPROVAL or WAITING_FOR_INPUT):
+    a run waiting for the other thing is refused (WAITS_FOR_INPUT / _APPROVAL), the
+    guard checks it. Claimed once: of two answers racing, one wins; the other changes
+    nothing (NOT_WAITING). The answer is queued as a RunInput of the kind `expect` says.
+
+    A run its holder kept (an API agent) is set running again for that holder
+    (RESUMED); a run the engine released is queued again, for any worker of its agent
+    (REQUEUED; `claim_next` takes it first), keeping `pending_request` for the worker
+    that resumes it. ALREADY_TERMINAL or NOT_FOUND otherwise."""
+    if expect not in ANSWERS:
+        raise ValueError(f"cannot answer a run in {expect!r}")
+    kind, other_wait = ANSWERS[expect]
     actor, answer = actor_name(by), answer or {}
     common = {"event": E.RESUMED, "actor": actor, "source": source}
+    where = origin(client)
     with transaction.atomic():
+        outcome = ResumeOutcome.RESUMED
         run = guarded(
-            run_id, "resume", guard=~Q(worker=""), data={"answer": answer}, **common,
+            run_id, "resume", guard=Q(status=expect) & ~Q(worker=""), data={"answer": answer, **where}, **common,
             status=S.RUNNING, pending_request=None,
         )
         if run is None:
+            outcome = ResumeOutcome.REQUEUED
             run = guarded(
-                run_id, "resume", guard=Q(worker=""), data={"answer": answer, "requeued": True}, **common,
-                status=S.QUEUED, wait_deadline=None,
+                run_id, "resume", guard=Q(status=expect, worker=""), data={"answer": answer, "requeued": True, **where},
+                **common, status=S.QUEUED, wait_deadline=None,
             )
         if run is None:
-            return False
-        kind = RunInput.Kind.APPROVAL if "approved" in answer else RunInput.Kind.MESSAGE
+            row = standing(run_id)
+            waits_otherwise = row is not None and row["status"] in Run.WAITING and row["status"] != expect
+            return refused(row, ResumeOutcome, other_wait if waits_otherwise else ResumeOutcome.NOT_WAITING)
         RunInput.objects.create(run=run, kind=kind, payload=answer, created_by=actor)
-    return True
+    return outcome
 
 
 def _jsonable(charge):

@@ -6,6 +6,7 @@ import threading
 from datetime import timedelta
 
 import pytest
+from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.contrib.auth.models import Permission, User
 from django.utils import timezone
@@ -77,7 +78,7 @@ async def honour_cancel(run_id, channel, go, worker="w-test"):
     while (await layer.receive(channel))["type"] != "run.cancel":
         pass
     await asyncio.get_running_loop().run_in_executor(None, go.wait, 10)
-    return await transitions.asettle(run_id, status="cancelled", reason="cancelled", worker=worker)
+    return await database_sync_to_async(transitions.settle)(run_id, status="cancelled", reason="cancelled", worker=worker)
 
 
 async def answer_resyncs(run_id, channel, state):
@@ -163,7 +164,7 @@ def test_abort_confirm_cancelling_then_cancelled_live_and_the_list_follows(page,
     page.locator("#abort-dialog input[name=note]").fill("runaway loop")
     page.get_by_test_id("confirm-abort").click()
     # Honest: the cancel is asked for, the worker has not stopped yet.
-    expect(page.get_by_test_id("outcome")).to_contain_text("Cancel requested")
+    expect(page.get_by_test_id("outcome")).to_contain_text("Abort requested")
     expect(page.get_by_test_id("abort-button")).to_be_disabled()
     expect(page.get_by_test_id("run-status")).to_have_text("running")
     expect(page.locator("#run-header")).to_contain_text("cancelling…")

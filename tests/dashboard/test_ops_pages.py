@@ -70,7 +70,7 @@ def test_bulk_preview_counts_then_confirm_retires_through_transitions(op_client,
     transitions.settle(runs[0].id, status="completed", reason="completed", worker="w1")  # ends meanwhile
     done = op_client.post(url, {"action": "retire", "section": "stuck", "note": "host died"})
     html = done.content.decode()
-    assert done.status_code == 200 and "<b>2</b> settled" in html
+    assert done.status_code == 200 and "<b>2</b> retired" in html
     assert Run.objects.get(pk=runs[0].id).status == "completed"  # not overwritten
     retired = RunEvent.objects.filter(kind="retired", data__note="host died")
     assert retired.count() == 2 and {e.actor for e in retired} == {"operator"}
@@ -104,12 +104,12 @@ def test_audit_lists_actions_filters_and_exports_csv(op_client, running_run):
     run = running_run(title="noisy")
     transitions.request_cancel(run.id, by="alice", source="cli", note="too chatty")
     other = running_run(title="quiet")
-    transitions.force_cancel(other.id, by="bob", note="gone")
+    transitions.retire(other.id, by="bob", note="gone")
     html = op_client.get(reverse("dashboard:audit"), {"source": "cli"}).content.decode()
     assert "too chatty" in html and "alice" in html and "gone" not in html
-    export = b"".join(op_client.get(reverse("dashboard:audit_csv")).streaming_content).decode()
-    assert export.splitlines()[0] == "at,actor,where,action,run_id,run_title,note"
-    assert "alice,CLI,cancel requested" in export and "bob,browser,retired" in export
+    csv = b"".join(op_client.get(reverse("dashboard:audit_csv")).streaming_content).decode()
+    assert csv.splitlines()[0] == "at,actor,where,client,action,run_id,run_title,note"
+    assert "alice,cli,,abort" in csv and "bob,dashboard,,retire" in csv
 
 
 @pytest.mark.parametrize("start", ["=", "+", "-", "@", "\t", "\r"])
@@ -119,7 +119,7 @@ def test_the_audit_export_quotes_every_cell_a_spreadsheet_would_run(op_client, r
     body = b"".join(op_client.get(reverse("dashboard:audit_csv")).streaming_content).decode()
     reader = csv.DictReader(io.StringIO(body, newline=""))
     (row,) = list(reader)
-    assert reader.fieldnames == ["at", "actor", "where", "action", "run_id", "run_title", "note"]
+    assert reader.fieldnames == ["at", "actor", "where", "client", "action", "run_id", "run_title", "note"]
     assert (row["run_title"], row["note"]) == (f"'{start}HYPERLINK(\"http://evil\")", f"'{start}1+cmd")
 
 

@@ -188,11 +188,11 @@ def test_cancel_of_a_running_run_is_202_requested(op_client, running_run):
     response = op_client.post(f"/runs/{run.id}/cancel", {"note": "stop it"}, **HX)
     assert response.status_code == 202
     html = response.content.decode()
-    assert "Cancel requested" in html and "Cancelling…" in html
+    assert "Abort requested" in html and "Cancelling…" in html
     assert re.search(r'data-testid="abort-button"[^>]*disabled', html)
     run.refresh_from_db()
     assert run.status == "running" and run.is_cancelling
-    assert (run.cancel_requested_by, run.cancel_source, run.cancel_note) == ("operator", "user", "stop it")
+    assert (run.cancel_requested_by, run.cancel_source, run.cancel_note) == ("operator", "dashboard", "stop it")
 
 
 def test_cancel_twice_is_202_already_requested(op_client, running_run):
@@ -261,7 +261,7 @@ def test_cancel_without_htmx_redirects_to_the_run_with_the_message(op_client, ru
     run = running_run()
     response = op_client.post(f"/runs/{run.id}/cancel", follow=True)
     assert response.redirect_chain == [(f"/runs/{run.id}/", 302)]
-    assert "Cancel requested" in response.content.decode()
+    assert "Abort requested" in response.content.decode()
 
 
 # --- the other actions ---------------------------------------------------------------------

@@ -32,9 +32,9 @@ def act(client, action, runs):
     )
 
 
-def test_request_cancel_action_reports_each_outcome(operator, make_run, running_run, run_in):
+def test_abort_action_reports_each_outcome(operator, make_run, running_run, run_in):
     queued, live, done = make_run(), running_run(), run_in("completed")
-    response = act(operator, "request_cancel", [queued, live, done])
+    response = act(operator, "abort", [queued, live, done])
     message = [str(m) for m in response.context["messages"]][0]
     assert message == "1 requested, 1 settled, 1 already terminal"
     assert Run.objects.get(pk=queued.id).status == "cancelled"
@@ -43,10 +43,17 @@ def test_request_cancel_action_reports_each_outcome(operator, make_run, running_
     assert live_row.cancel_requested_by == "op"
 
 
+def test_admin_offers_abort_and_retire_in_the_operators_words(operator, make_run):
+    make_run()  # the changelist offers actions only when it lists something
+    page = operator.get(CHANGELIST).content.decode()
+    assert '<option value="abort">Abort</option>' in page and '<option value="retire">Retire</option>' in page
+    assert "force cancel" not in page.lower() and "Request cancel" not in page
+
+
 def test_retire_action_settles_live_runs(operator, running_run, run_in):
     live, done = running_run(), run_in("failed")
     response = act(operator, "retire", [live, done])
-    assert [str(m) for m in response.context["messages"]][0] == "1 settled, 1 already terminal"
+    assert [str(m) for m in response.context["messages"]][0] == "1 retired, 1 already terminal"
     assert Run.objects.get(pk=live.id).status == "cancelled"
     assert RunEvent.objects.get(run=live, kind="retired").source == "admin"
 
@@ -54,8 +61,8 @@ def test_retire_action_settles_live_runs(operator, running_run, run_in):
 def test_viewer_without_cancel_permission_cannot_act(viewer, running_run):
     run = running_run()
     page = viewer.get(CHANGELIST)
-    assert page.status_code == 200 and b"Request cancel" not in page.content
-    act(viewer, "request_cancel", [run])
+    assert page.status_code == 200 and b"Abort" not in page.content and b"Retire" not in page.content
+    act(viewer, "abort", [run])
     assert not Run.objects.get(pk=run.id).is_cancelling
 
 

@@ -3,6 +3,7 @@
 import asyncio
 
 import pytest
+from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.db import transaction
 
@@ -21,18 +22,18 @@ async def listen(*group_names):
 
 async def test_cancel_request_reaches_viewers_list_and_the_executor():
     run = await transitions.acreate_run(agent="scripted")
-    assert await transitions.aclaim(run.id, worker="w1")
+    assert await database_sync_to_async(transitions.claim)(run.id, worker="w1")
     layer, viewer = await listen(groups.viewers(run.id))
     _, executor = await listen(groups.control(run.id))
     _, lister = await listen(groups.LIST_GROUP)
 
-    await transitions.arequest_cancel(run.id, by="alice", note="enough")
+    await database_sync_to_async(transitions.request_cancel)(run.id, by="alice", note="enough")
 
     changed = await asyncio.wait_for(layer.receive(viewer), 2)
     assert (changed["type"], changed["event"], changed["run_id"]) == ("run.changed", "cancel_requested", str(run.id))
     assert (await asyncio.wait_for(layer.receive(lister), 2))["event"] == "cancel_requested"
     cancel = await asyncio.wait_for(layer.receive(executor), 2)
-    assert cancel == {"type": "run.cancel", "run_id": str(run.id), "source": "user", "note": "enough"}
+    assert cancel == {"type": "run.cancel", "run_id": str(run.id), "source": "dashboard", "note": "enough"}
 
 
 async def test_nothing_is_announced_for_a_rolled_back_change():

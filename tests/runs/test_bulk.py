@@ -30,7 +30,7 @@ def test_retire_and_retry_by_filter_in_small_batches(running_run, run_in):
         running_run(agent="flaky")
     run_in("failed", agent="flaky")
     retire = bulk.execute("retire", Run.objects.filter(agent="flaky"), by="alice", batch=2)
-    assert retire == {"settled": 5, "already terminal": 1}
+    assert retire == {"retired": 5, "already terminal": 1}
     retry = bulk.execute("retry", Run.objects.filter(agent="flaky", status="failed"), by="alice", batch=2)
     assert retry == {"retried": 1}
     assert Run.objects.filter(agent="flaky", status="queued").count() == 1

@@ -30,12 +30,23 @@ def exit_code(*args):
     return 0, ""
 
 
-def test_cancel_running_run_requests_and_records_cli_source(running_run):
+@pytest.mark.parametrize("verb", ["abort", "cancel"])  # `cancel`: the old spelling, kept as an alias
+def test_abort_running_run_requests_and_records_cli_source(running_run, verb):
     run = running_run()
-    assert "cancel requested" in runs("cancel", str(run.id), "--note", "stuck in a loop")
+    assert "Abort requested" in runs(verb, str(run.id), "--note", "stuck in a loop")
     run.refresh_from_db()
     assert (run.cancel_source, run.cancel_note, run.status) == ("cli", "stuck in a loop", "running")
-    assert "already requested" in runs("cancel", str(run.id))
+    assert "already requested" in runs(verb, str(run.id))
+
+
+def test_cli_actions_name_the_operating_system_user(running_run, monkeypatch):
+    monkeypatch.setattr("getpass.getuser", lambda: "alice")
+    aborted, retired = running_run(), running_run()
+    runs("abort", str(aborted.id))
+    runs("retire", str(retired.id))
+    assert Run.objects.get(pk=aborted.id).cancel_requested_by == "alice"
+    assert RunEvent.objects.get(run=retired, kind="retired").actor == "alice"
+    assert {e.source for e in RunEvent.objects.filter(kind__in=["cancel_requested", "retired"])} == {"cli"}
 
 
 def test_cancel_queued_run_settles(make_run):
@@ -46,29 +57,32 @@ def test_cancel_queued_run_settles(make_run):
 
 def test_cancel_terminal_run_exits_1_with_status_and_reason(run_in):
     run = run_in("failed")
-    code, message = exit_code("cancel", str(run.id))
-    assert code == 1 and "failed / provider failed" in message
+    code, message = exit_code("abort", str(run.id))
+    assert code == 1 and "Nothing to abort" in message and "failed / provider failed" in message
 
 
 @pytest.mark.parametrize("bad", ["nope", "00000000-0000-0000-0000-000000000000"])
 def test_cancel_unknown_or_malformed_id_exits_2(bad):
-    assert exit_code("cancel", bad)[0] == 2
+    assert exit_code("abort", bad)[0] == 2
     assert exit_code("cancel", bad, "--force")[0] == 2
+    assert exit_code("retire", bad)[0] == 2
     assert exit_code("show", bad)[0] == 2
 
 
-def test_force_retires_and_second_force_exits_1(running_run):
+@pytest.mark.parametrize("argv", [("retire",), ("cancel", "--force")])  # --force: the old spelling
+def test_retire_and_a_second_retire_exits_1(running_run, argv):
     run = running_run()
-    assert "retired" in runs("cancel", str(run.id), "--force", "--note", "worker gone")
+    assert "Retired" in runs(argv[0], str(run.id), *argv[1:], "--note", "worker gone")
     assert RunEvent.objects.get(run=run, kind="retired").data["note"] == "worker gone"
-    assert exit_code("cancel", str(run.id), "--force")[0] == 1
+    code, message = exit_code(argv[0], str(run.id), *argv[1:])
+    assert code == 1 and "Nothing to retire" in message
 
 
 def test_show_prints_fields_and_timeline(running_run):
     run = running_run()
     transitions.request_cancel(run.id, by="alice", note="why not")
     out = runs("show", str(run.id))
-    assert str(run.id) in out and "running" in out and "alice via user (why not)" in out
+    assert str(run.id) in out and "running" in out and "alice via dashboard (why not)" in out
     assert "claimed" in out and "cancel_requested" in out
 
 

@@ -44,7 +44,7 @@ def test_values_after_a_known_sequence(make_run, running_run, run_in):
     Run.objects.filter(pk=slow.id).update(cancel_requested_at=timezone.now() - timedelta(seconds=3))
     transitions.settle(slow.id, status="cancelled", reason="cancelled", worker="w1")
     retired = running_run()
-    transitions.force_cancel(retired.id)  # settled by the retire itself: not a worker's latency
+    transitions.retire(retired.id)  # settled by the retire itself: not a worker's latency
     lost = running_run()
     Run.objects.filter(pk=lost.id).update(heartbeat_at=timezone.now() - timedelta(hours=1))
 

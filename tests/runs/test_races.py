@@ -93,7 +93,7 @@ def test_settle_vs_settle_one_winner_first_outcome_intact(running_runs):
 def test_settle_vs_cancel_vs_retire_one_terminal_outcome(running_runs):
     runs = running_runs()
     settle = lambda run: ("settle", transitions.settle(run.id, status="completed", reason="completed", worker="w1"))  # noqa: E731
-    retire = lambda run: ("retire", transitions.force_cancel(run.id, by="op"))  # noqa: E731
+    retire = lambda run: ("retire", transitions.retire(run.id, by="op"))  # noqa: E731
     cancel = lambda run: ("cancel", transitions.request_cancel(run.id, by="op"))  # noqa: E731
     results = by_run(race([settle, retire, cancel, settle, retire, cancel, settle, retire], runs))
     for run in runs:
@@ -162,7 +162,7 @@ def test_resume_vs_resume_one_resume(running_runs):
     for run in runs:
         assert transitions.suspend(run.id, worker="w1", status="waiting_for_approval")
     approvers = [
-        lambda run, i=i: transitions.resume(run.id, by=f"op{i}", answer={"approved": i % 2 == 0})
+        lambda run, i=i: transitions.resume(run.id, expect="waiting_for_approval", by=f"op{i}", answer={"approved": i % 2 == 0})
         for i in range(THREADS)
     ]
     results = by_run(race(approvers, runs))
@@ -207,7 +207,7 @@ def answered_waits(postgres):
             assert transitions.suspend(run.id, worker="w1", status="waiting_for_approval", release=True,
                                        request={"tool": "echo"}, timeout_s=300)
             if answer:
-                assert transitions.resume(run.id, by="op", answer={"approved": True})
+                assert transitions.resume(run.id, expect="waiting_for_approval", by="op", answer={"approved": True})
         return runs
 
     return make
@@ -224,7 +224,7 @@ def test_workers_racing_for_answered_runs_claim_each_once(answered_waits):
 def test_an_answer_and_the_wait_expiry_racing_give_one_outcome(answered_waits):
     runs = answered_waits(n=20, answer=False)
     both = [
-        lambda run: transitions.resume(run.id, by="op", answer={"approved": True}),
+        lambda run: transitions.resume(run.id, expect="waiting_for_approval", by="op", answer={"approved": True}),
         lambda run: run.id in transitions.expire_waits(),
     ] * (THREADS // 2)
     for run in runs:  # one run due at a time, so every expiry thread aims at it
@@ -244,7 +244,7 @@ def test_an_answer_and_the_wait_expiry_racing_give_one_outcome(answered_waits):
 def test_an_answer_and_a_cancel_racing_on_a_released_wait_end_cancelled_once(answered_waits):
     runs = answered_waits(answer=False)
     both = [
-        lambda run: transitions.resume(run.id, by="op", answer={"approved": True}),
+        lambda run: transitions.resume(run.id, expect="waiting_for_approval", by="op", answer={"approved": True}),
         lambda run: transitions.request_cancel(run.id, by="op"),
     ] * (THREADS // 2)
     results = by_run(race(both, runs))

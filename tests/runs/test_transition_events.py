@@ -56,7 +56,7 @@ def test_suspend_and_resume_write_events_and_queue_the_answer(running_run):
     run = running_run()
     assert transitions.suspend(run.id, worker="w1", status="waiting_for_approval", request={"tool": "rm"})
     assert Run.objects.get(pk=run.id).pending_request == {"tool": "rm"}
-    assert transitions.resume(run.id, by="alice", answer={"approved": True})
+    assert transitions.resume(run.id, expect="waiting_for_approval", by="alice", answer={"approved": True})
     assert kinds(run.id)[-2:] == ["suspended", "resumed"]
     answer = RunInput.objects.get(run=run)
     assert (answer.kind, answer.payload, answer.created_by) == ("approval", {"approved": True}, "alice")
@@ -130,7 +130,7 @@ def test_retire_keeps_totals_and_an_earlier_request(running_run):
     assert transitions.commit_step(run.id, worker="w1", index=0, kind="message", text="hi",
                                    tokens_in=5, tokens_out=7, cost="0.01")
     transitions.request_cancel(run.id, by="alice", note="first")
-    assert transitions.force_cancel(run.id, by="bob", note="worker gone")
+    assert transitions.retire(run.id, by="bob", note="worker gone")
     run.refresh_from_db()
     assert (run.status, run.termination_reason) == ("cancelled", "cancelled")
     assert (run.tokens_in, run.tokens_out, run.steps) == (5, 7, 1)
@@ -166,7 +166,7 @@ def test_reap_spares_a_fresh_heartbeat(running_run):
 
 def test_retry_writes_retried_on_original_and_created_on_new(run_in):
     original = run_in("failed")
-    new = transitions.retry(original.id, by="alice")
+    new = transitions.retry(original.id, by="alice").created
     assert kinds(original.id)[-1] == "retried"
     assert RunEvent.objects.get(run=original, kind="retried").data["new_run"] == str(new.id)
     assert RunEvent.objects.get(run=new, kind="created").data["retry_of"] == str(original.id)
@@ -186,12 +186,12 @@ def test_event_seqs_are_gapless_per_run(running_run):
 @pytest.mark.parametrize("ending", [("failed", "provider_failed", "failed"), ("cancel", None, "interrupted")])
 def test_queued_inputs_resolved_once_on_abnormal_end(running_run, ending):
     run = running_run()
-    first = transitions.queue_input(run.id, kind="message", payload={"text": "also do X"}, by="alice")
-    second = transitions.queue_input(run.id, kind="message", payload={"text": "and Y"}, by="alice")
+    first = transitions.queue_input(run.id, kind="message", payload={"text": "also do X"}, by="alice").created
+    second = transitions.queue_input(run.id, kind="message", payload={"text": "and Y"}, by="alice").created
     status, reason, resolution = ending
     if status == "cancel":
-        transitions.force_cancel(run.id)
-        transitions.force_cancel(run.id)
+        transitions.retire(run.id)
+        transitions.retire(run.id)
     else:
         transitions.settle(run.id, status=status, reason=reason, worker="w1")
         transitions.settle(run.id, status=status, reason=reason, worker="w1")
@@ -199,7 +199,7 @@ def test_queued_inputs_resolved_once_on_abnormal_end(running_run, ending):
         item.refresh_from_db()
         assert (item.status, item.resolution) == ("cancelled", resolution)
     assert kinds(run.id).count("input_cancelled") == 1
-    assert transitions.queue_input(run.id, kind="message", payload={}) is None
+    assert transitions.queue_input(run.id, kind="message", payload={}).created is None
 
 
 def test_completed_run_leaves_consumed_inputs_alone(running_run):
@@ -282,7 +282,7 @@ def test_a_released_suspend_writes_suspended_and_charges_the_gated_reply(release
 
 def test_resume_of_a_released_wait_queues_it_with_the_answer_and_keeps_what_it_needs(released_in):
     run = released_in()
-    assert transitions.resume(run.id, by="alice", answer={"approved": True})
+    assert transitions.resume(run.id, expect="waiting_for_approval", by="alice", answer={"approved": True})
     after = Run.objects.get(pk=run.id)
     assert (after.status, after.worker, after.wait_deadline) == ("queued", "", None)
     assert after.pending_request["resume"]["step"]["index"] == 0  # for the worker that resumes it
@@ -290,12 +290,12 @@ def test_resume_of_a_released_wait_queues_it_with_the_answer_and_keeps_what_it_n
     assert (event.actor, event.data["requeued"], event.data["answer"]) == ("alice", True, {"approved": True})
     answer = RunInput.objects.get(run=run)
     assert (answer.kind, answer.status, answer.created_by) == ("approval", "queued", "alice")
-    assert not transitions.resume(run.id, by="bob", answer={"approved": False})  # answered once
+    assert not transitions.resume(run.id, expect="waiting_for_approval", by="bob", answer={"approved": False})  # answered once
 
 
 def test_claim_of_an_answered_run_writes_claimed_resumed_and_keeps_its_start(released_in):
     run = released_in()
-    assert transitions.resume(run.id, by="alice", answer={"approved": True})
+    assert transitions.resume(run.id, expect="waiting_for_approval", by="alice", answer={"approved": True})
     claimed = transitions.claim_next(worker="w2")
     assert claimed.id == run.id and claimed.worker == "w2" and claimed.started_at == run.started_at
     event = RunEvent.objects.filter(run=run, kind="claimed").order_by("seq").last()
@@ -305,9 +305,9 @@ def test_claim_of_an_answered_run_writes_claimed_resumed_and_keeps_its_start(rel
 def test_claim_next_takes_answered_runs_first_then_the_oldest_fresh_one(make_run, released_in):
     fresh = make_run(title="fresh, oldest")
     answered, unanswered = released_in(), released_in()
-    assert transitions.resume(answered.id, by="op", answer={"approved": True})
+    assert transitions.resume(answered.id, expect="waiting_for_approval", by="op", answer={"approved": True})
     other_agent = released_in(agent="billing-bot")
-    assert transitions.resume(other_agent.id, by="op", answer={"approved": True})
+    assert transitions.resume(other_agent.id, expect="waiting_for_approval", by="op", answer={"approved": True})
     assert transitions.claim_next(worker="w2", agents=["scripted"]).id == answered.id
     assert transitions.claim_next(worker="w2", agents=["scripted"]).id == fresh.id
     assert transitions.claim_next(worker="w2", agents=["scripted"]) is None  # a wait is never claimed
@@ -330,7 +330,7 @@ def test_expiry_writes_settled_by_the_watchdog_and_the_discarded_gated_step(rele
 
 def test_expiry_resolves_queued_inputs_once(released_in):
     run = released_in(timeout_s=-1)
-    item = transitions.queue_input(run.id, kind="message", payload={"text": "hi"}, by="op")
+    item = transitions.queue_input(run.id, kind="message", payload={"text": "hi"}, by="op").created
     assert transitions.expire_waits() == [run.id]
     item.refresh_from_db()
     assert (item.status, item.resolution) == ("cancelled", "failed")

@@ -69,7 +69,7 @@ class Command(BaseCommand):
         plain_s = time.monotonic() - started
         until(waits, status="waiting_for_approval", worker="")
         for run_id in waits:
-            transitions.resume(run_id, by="bench", answer={"approved": True})
+            transitions.resume(run_id, expect=Run.Status.WAITING_FOR_APPROVAL, by="bench", answer={"approved": True})
         until(waits, status="completed")
         latencies = []
         for run_id in waits:

@@ -1,9 +1,13 @@
 """`manage.py runs …` — the operator's command line for runs.
 
-Exit codes of `runs cancel`: 0 requested, settled or already requested; 1 already
-terminal (its status and reason are printed); 2 an unknown or malformed id.
+`runs abort` (alias `runs cancel`, the old spelling) asks a run to stop; `runs retire`
+(or `abort --force`) ends it now without its worker. Exit codes follow the outcome's
+kind: 0 done or unchanged (requested, settled, already requested; retired), 1 refused
+(already ended: its status and reason are printed), 2 an unknown or malformed id.
+Audit entries name the operating-system user who ran the command, via `cli`.
 """
 
+import getpass
 from datetime import timedelta
 
 from django.core.management.base import BaseCommand, CommandError
@@ -12,13 +16,17 @@ from django.utils import timezone
 from runs import queries, transitions
 from runs.durations import parse_duration
 from runs.models import Run
-from runs.transitions import CancelOutcome
+from runs.transitions import Kind
 
-CANCEL_MESSAGES = {
-    CancelOutcome.REQUESTED: "cancel requested: the worker stops at its next checkpoint",
-    CancelOutcome.ALREADY_REQUESTED: "cancel was already requested; still cancelling",
-    CancelOutcome.SETTLED: "run was queued: cancelled at once",
-}
+EXIT_CODES = {Kind.DONE: 0, Kind.UNCHANGED: 0, Kind.REFUSED: 1, Kind.NOT_FOUND: 2}
+
+
+def operator():
+    """Who runs the command, for the audit: the operating-system user."""
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):  # no login name and no passwd entry (a bare container)
+        return "cli"
 
 
 def duration(text):
@@ -29,14 +37,17 @@ def duration(text):
 
 
 class Command(BaseCommand):
-    help = "Inspect and stop runs: cancel, show, list, stuck, reap; manage agent API keys (apikey)."
+    help = "Inspect and stop runs: abort, retire, show, list, stuck, reap; manage agent API keys (apikey)."
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="action", required=True)
-        cancel = sub.add_parser("cancel", help="ask a run to stop (or retire it with --force)")
-        cancel.add_argument("run_id")
-        cancel.add_argument("--force", action="store_true", help="retire: cancel now, without the worker")
-        cancel.add_argument("--note", default="", help="why, for the timeline")
+        abort = sub.add_parser("abort", aliases=["cancel"], help="ask a run to stop (`cancel`: the old spelling)")
+        abort.add_argument("run_id")
+        abort.add_argument("--force", action="store_true", help="the same as `runs retire`")
+        abort.add_argument("--note", default="", help="why, for the timeline")
+        retire = sub.add_parser("retire", help="end a run now, without its worker (a worker that is gone)")
+        retire.add_argument("run_id")
+        retire.add_argument("--note", default="", help="why, for the timeline")
         show = sub.add_parser("show", help="one run with its timeline")
         show.add_argument("run_id")
         listing = sub.add_parser("list", help="newest runs first")
@@ -58,6 +69,7 @@ class Command(BaseCommand):
         keys.add_parser("list", help="keys, newest first (never the keys themselves)")
 
     def handle(self, *args, action, **options):
+        action = {"cancel": "abort"}.get(action, action)
         getattr(self, f"do_{action}")(**options)
 
     def _get(self, run_id):
@@ -67,23 +79,22 @@ class Command(BaseCommand):
             raise CommandError(f"no run with id {run_id!r}", returncode=2)
         return run
 
-    def do_cancel(self, run_id, force, note, **_):
+    def do_abort(self, run_id, force, note, **_):
         if force:
-            self._get(run_id)  # exit 2 for an unknown id before trying
-            if transitions.force_cancel(run_id, by="cli", note=note, source=Run.CancelSource.CLI):
-                self.stdout.write("run retired: cancelled now")
-                return
-            outcome = CancelOutcome.ALREADY_TERMINAL
-        else:
-            outcome = transitions.request_cancel(run_id, by="cli", source=Run.CancelSource.CLI, note=note)
-        if outcome == CancelOutcome.NOT_FOUND:
+            return self.do_retire(run_id, note)
+        self._answer(run_id, transitions.request_cancel(run_id, by=operator(), source=Run.CancelSource.CLI, note=note))
+
+    def do_retire(self, run_id, note, **_):
+        self._answer(run_id, transitions.retire(run_id, by=operator(), source=Run.CancelSource.CLI, note=note))
+
+    def _answer(self, run_id, outcome):
+        code = EXIT_CODES[outcome.kind]
+        if code == 2:
             raise CommandError(f"no run with id {run_id!r}", returncode=2)
-        if outcome == CancelOutcome.ALREADY_TERMINAL:
-            run = self._get(run_id)
-            raise CommandError(
-                f"run already ended: {run.status} / {run.reason_label}", returncode=1
-            )
-        self.stdout.write(CANCEL_MESSAGES[outcome])
+        if code:
+            run = self._get(run_id)  # not to learn what happened (the outcome says), to show what stands
+            raise CommandError(f"{outcome.label} ({run.status} / {run.reason_label})", returncode=code)
+        self.stdout.write(outcome.label)
 
     def do_show(self, run_id, **_):
         run = self._get(run_id)

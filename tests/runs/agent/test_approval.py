@@ -77,7 +77,7 @@ async def test_an_approved_run_is_resumed_by_another_worker_from_its_committed_s
     assert await run_once(recording(ctx, seen, "w-test"), run) is outcomes.PARKED
     before, *_ = await fetch(run.id)
 
-    assert await pool.call(transitions.resume, run.id, by="op", answer={"approved": True})
+    assert await pool.call(transitions.resume, run.id, expect="waiting_for_approval", by="op", answer={"approved": True})
     assert (await fetch(run.id))[0].status == "queued"  # claimable by any worker of its agent
     again = await resumed_by(ctx, pool, "w-other")
     assert again.id == run.id and again.started_at == before.started_at
@@ -109,7 +109,7 @@ async def test_a_denied_run_fails_approval_denied_on_the_worker_that_resumes_it(
     run = await claimed(script=[say(2), GATED, say(3)])
     assert await run_once(ctx, run) is outcomes.PARKED
     parked = (await fetch(run.id))[0]
-    assert await pool.call(transitions.resume, run.id, by="bob", answer={"approved": False, "note": "not now"})
+    assert await pool.call(transitions.resume, run.id, expect="waiting_for_approval", by="bob", answer={"approved": False, "note": "not now"})
     # Another worker: its own planes and heartbeat (a copy would share the first one's).
     other = dataclasses.replace(ctx, worker_id="w-other", control=None, deltas=None, beats=None)
     try:
@@ -132,12 +132,12 @@ async def test_two_gated_calls_in_one_reply_park_twice_and_keep_the_first_approv
     gated = dataclasses.replace(ctx, tools=lambda: _gated_tools())
     assert await run_once(gated, run) is outcomes.PARKED
     assert (await fetch(run.id))[0].pending_request["call_id"] == "call_0_0"
-    assert await pool.call(transitions.resume, run.id, by="op", answer={"approved": True})
+    assert await pool.call(transitions.resume, run.id, expect="waiting_for_approval", by="op", answer={"approved": True})
     assert await run_once(gated, await resumed_by(ctx, pool, "w-test")) is outcomes.PARKED
     row, *_ = await fetch(run.id)
     assert row.pending_request["call_id"] == "call_0_1"
     assert row.pending_request["resume"]["step"]["approved"] == ["call_0_0"]
-    assert await pool.call(transitions.resume, run.id, by="op", answer={"approved": True})
+    assert await pool.call(transitions.resume, run.id, expect="waiting_for_approval", by="op", answer={"approved": True})
     assert (await run_once(gated, await resumed_by(ctx, pool, "w-test"))).status == "completed"
     row, steps, *_ = await fetch(run.id)
     assert [c.get("result") is not None for c in steps[0].tool_calls] == [True, True]
@@ -172,7 +172,7 @@ async def test_an_unanswered_wait_is_ended_by_the_watchdog(ctx, claimed, fetch, 
     assert by_kind["step_discarded"][-1]["index"] == 1 and len(steps) == 1
     assert (row.tokens_out, row.cost) == (parked.tokens_out, parked.cost)
     # The answer arrives too late: refused, nothing changes.
-    assert not await pool.call(transitions.resume, run.id, by="op", answer={"approved": True})
+    assert not await pool.call(transitions.resume, run.id, expect="waiting_for_approval", by="op", answer={"approved": True})
 
 
 async def test_waiting_for_input_releases_the_run_and_resumes_with_the_operators_text(ctx, claimed, fetch, pool):
@@ -182,7 +182,7 @@ async def test_waiting_for_input_releases_the_run_and_resumes_with_the_operators
     row, steps, *_ = await fetch(run.id)
     assert (row.status, row.worker, row.pending_request["prompt"]) == ("waiting_for_input", "", "Which region?")
     assert [s.text for s in steps] == ["w0 w1", "Which region?"]  # the question is a committed step
-    assert await pool.call(transitions.resume, run.id, by="op", answer={"text": "eu-west"})
+    assert await pool.call(transitions.resume, run.id, expect="waiting_for_input", by="op", answer={"text": "eu-west"})
     outcome = await run_once(recording(ctx, seen, "w-other"), await resumed_by(ctx, pool, "w-other"))
     row, steps, *_ = await fetch(run.id)
     assert (outcome.status, row.status, [s.index for s in steps]) == ("completed", "completed", [0, 1, 2])

@@ -71,7 +71,7 @@ def test_runs_that_end_during_an_outage_settle_their_true_outcome_once_it_is_bac
     assert Step.objects.filter(run_id__in=ids).count() == 6  # nothing written behind our back
     assert Run.objects.get(pk=waiting.id).status == "waiting_for_approval"  # its polls failed: no answer yet
     proxy.restore()
-    assert transitions.resume(waiting.id, by="op", answer={"approved": True})
+    assert transitions.resume(waiting.id, expect="waiting_for_approval", by="op", answer={"approved": True})
 
     wait_until(lambda: not Run.objects.filter(pk__in=ids, status__in=Run.NON_TERMINAL).exists(), 30, "all settled")
     wait_until(lambda: Run.objects.get(pk=waiting.id).status == "completed", 30, "the approved run completed")

@@ -30,7 +30,7 @@ async def test_embedded_start_runs_queued_runs_and_reaps_lost_ones(settings, tmp
     layer = get_channel_layer()
     # A run some other worker took and then lost: the embedded watchdog must reap it.
     lost = await transitions.acreate_run(agent="someone-elses")
-    assert await transitions.aclaim(lost.id, worker="dead-worker")
+    assert await database_sync_to_async(transitions.claim)(lost.id, worker="dead-worker")
     stale = timezone.now() - timedelta(minutes=5)
     await database_sync_to_async(Run.objects.filter(pk=lost.id).update)(heartbeat_at=stale)
     lost_channel = await layer.new_channel()
@@ -103,7 +103,7 @@ async def test_demo_runs_waiting_for_approval_do_not_block_queued_runs(settings,
             row = await get(run.id)
             assert (row.status, row.worker) == ("waiting_for_approval", "")
         for run in waiting:
-            assert await transitions.aresume(run.id, by="op", answer={"approved": True})
+            assert await database_sync_to_async(transitions.resume)(run.id, expect="waiting_for_approval", by="op", answer={"approved": True})
         while len(settled) < 5:
             message = await asyncio.wait_for(layer.receive(channel), 20)
             if message.get("event") == "settled":

@@ -78,7 +78,7 @@ async def test_cancel_leaves_the_breaker_alone_while_failures_open_it(ctx, claim
 async def test_queued_inputs_are_resolved_once_when_the_run_is_cancelled(ctx, claimed, fetch, pool):
     run = await claimed(script=[{"ask_approval": {"tool": "echo", "args": {"x": 1}}}])
     assert await asyncio.wait_for(execute(run, signal=CancelSignal(), ctx=ctx), 5) is outcomes.PARKED
-    item = await pool.call(transitions.queue_input, run.id, kind="message", payload={"text": "hi"}, by="op")
+    item = (await pool.call(transitions.queue_input, run.id, kind="message", payload={"text": "hi"}, by="op")).created
     # Released while it waits: nobody holds it to notice a cancel, so it settles at once.
     assert await pool.call(transitions.request_cancel, run.id, by="op") == transitions.CancelOutcome.SETTLED
     assert not await pool.call(transitions.settle, run.id, status="cancelled", reason="cancelled", worker="w-test")

@@ -205,7 +205,7 @@ async def cancel_at_random_moments(rng, doomed, port, cookie, csrf, events):
                 )
                 answers[run_id] = response.status_code
             else:
-                assert await transitions.arequest_cancel(run_id, by="scale", source="api") == "requested"
+                assert await database_sync_to_async(transitions.request_cancel)(run_id, by="scale", source="api") == "requested"
 
         async def claimed():
             started = await running(pending)

@@ -109,7 +109,7 @@ async def test_shutdown_lets_short_runs_finish_and_fails_the_rest_retryably(serv
     discarded = await pool.call(lambda: list(rows[long.id].events.filter(kind="step_discarded").values_list("data", flat=True)))
     assert [(d["index"], d["reason"], d["interrupted"]) for d in discarded] == [(1, "worker shutdown", True)]
     assert rows[late.id].status == "queued"
-    retried = await pool.call(transitions.retry, long.id, by="op")
+    retried = (await pool.call(transitions.retry, long.id, by="op")).created
     assert retried is not None and retried.retry_of_id == long.id
 
 
@@ -122,7 +122,7 @@ async def test_a_run_cancelled_before_the_shutdown_still_ends_cancelled(serve, p
     stop.set()
     await asyncio.wait_for(task, 5)
     row = await pool.call(Run.objects.get, pk=run.id)
-    assert (row.status, row.termination_reason, row.cancel_source) == ("cancelled", "cancelled", "user")
+    assert (row.status, row.termination_reason, row.cancel_source) == ("cancelled", "cancelled", "dashboard")
 
 
 async def _until_async(pool, predicate):
@@ -135,7 +135,7 @@ async def test_a_retired_run_stops_and_its_late_settle_changes_nothing(serve, po
     worker, stop, task = await serve()
     await until_status(pool, run.id, "running")
     await asyncio.wait_for(_until(lambda: worker.active), 5)
-    assert await pool.call(transitions.force_cancel, run.id, by="op")
+    assert await pool.call(transitions.retire, run.id, by="op")
     await asyncio.wait_for(_until(lambda: not worker.active), 5)
     row = await pool.call(Run.objects.get, pk=run.id)
     kinds = await pool.call(lambda: list(row.events.values_list("kind", flat=True)))

@@ -46,7 +46,7 @@ def test_sigterm_ends_unfinished_runs_failed_worker_shutdown_and_they_can_be_ret
         assert events["settled"]["reason"] == "worker_shutdown" and events["settled"]["error_class"] == "WorkerShutdown"
         assert events["step_discarded"]["reason"] == "worker shutdown" and events["step_discarded"]["index"] == 1
         assert events["step_discarded"]["text"]  # what was streaming when it stopped
-        retried = transitions.retry(run.id, by="op")
+        retried = transitions.retry(run.id, by="op").created
         assert retried is not None and (retried.status, retried.retry_of_id) == ("queued", run.id)
     text = log.read_text()
     assert "they end failed/worker_shutdown" in text and "Traceback" not in text
@@ -67,7 +67,7 @@ def test_a_run_an_operator_cancelled_just_before_sigterm_ends_cancelled(start_wo
 
     cancelled.refresh_from_db()
     other.refresh_from_db()
-    assert (cancelled.status, cancelled.termination_reason, cancelled.cancel_source) == ("cancelled", "cancelled", "user")
+    assert (cancelled.status, cancelled.termination_reason, cancelled.cancel_source) == ("cancelled", "cancelled", "dashboard")
     assert cancelled.steps == 1 and not cancelled.is_retryable
     assert (other.status, other.termination_reason) == ("failed", "worker_shutdown")
     # The worker settled it as a shutdown; the database recorded the cancel that came first.

@@ -68,8 +68,8 @@ def test_a_key_cannot_touch_a_run_of_the_built_in_engine(agent, foreign_run, met
     assert Run.objects.get(pk=foreign_run).status == Run.Status.RUNNING
 
 
-@pytest.mark.parametrize("verb", ["cancel", "retire"])
-def test_an_agent_key_may_not_cancel_or_retire(agent, held_run, verb):
+@pytest.mark.parametrize("verb", ["abort", "cancel", "retire"])
+def test_an_agent_key_may_not_abort_or_retire(agent, held_run, verb):
     run_id = held_run()
     _, client = agent
     response = client.post(f"/runs/{run_id}/{verb}", {"note": "mine"})

@@ -32,11 +32,11 @@ async def held(name="poller"):
 
 async def test_long_poll_answers_at_once_when_a_cancel_is_pending():
     client, _, run_id = await held()
-    await database_sync_to_async(transitions.request_cancel)(run_id, by="alice", note="stop", source="user")
+    await database_sync_to_async(transitions.request_cancel)(run_id, by="alice", note="stop", source="dashboard")
     response = await client.get(f"/api/v1/runs/{run_id}/control?wait=30")
     assert response.status_code == 200
     body = response.json()
-    assert (body["cancel"]["source"], body["cancel"]["note"], body["held"]) == ("user", "stop", True)
+    assert (body["cancel"]["source"], body["cancel"]["note"], body["held"]) == ("dashboard", "stop", True)
 
 
 async def test_long_poll_returns_as_soon_as_a_cancel_arrives():
@@ -69,7 +69,7 @@ async def test_long_poll_wait_is_capped(monkeypatch):
 
 async def test_long_poll_reports_a_run_that_ended_under_it():
     client, _, run_id = await held()
-    await database_sync_to_async(transitions.force_cancel)(run_id, by="alice")
+    await database_sync_to_async(transitions.retire)(run_id, by="alice")
     body = (await client.get(f"/api/v1/runs/{run_id}/control?wait=30")).json()
     assert (body["status"], body["held"]) == ("cancelled", False)
 
@@ -86,9 +86,9 @@ async def test_websocket_delivers_a_cancel_the_moment_it_is_requested():
     connected, _ = await socket.connect()
     assert connected
     assert await socket.receive_json_from() == {"type": "ready", "run_id": run_id, "status": "running"}
-    await database_sync_to_async(transitions.request_cancel)(run_id, by="alice", note="enough", source="user")
-    assert await socket.receive_json_from(timeout=2) == {"type": "cancel", "source": "user", "note": "enough"}
-    await database_sync_to_async(transitions.force_cancel)(run_id, by="alice")
+    await database_sync_to_async(transitions.request_cancel)(run_id, by="alice", note="enough", source="dashboard")
+    assert await socket.receive_json_from(timeout=2) == {"type": "cancel", "source": "dashboard", "note": "enough"}
+    await database_sync_to_async(transitions.retire)(run_id, by="alice")
     assert await socket.receive_nothing(timeout=0.2)  # one cancel, once
     await socket.send_json_to({"type": "ping"})
     assert await socket.receive_json_from() == {"type": "pong"}
@@ -100,7 +100,7 @@ async def test_websocket_delivers_the_escalation_of_an_ignored_cancel_as_a_hard_
     socket = communicator(run_id, token)
     await socket.connect()
     assert (await socket.receive_json_from())["type"] == "ready"
-    await database_sync_to_async(transitions.request_cancel)(run_id, by="alice", source="user")
+    await database_sync_to_async(transitions.request_cancel)(run_id, by="alice", source="dashboard")
     assert (await socket.receive_json_from(timeout=2)).get("hard") is None
     assert await database_sync_to_async(transitions.escalate_cancel)(run_id)
     assert await socket.receive_json_from(timeout=2) == {

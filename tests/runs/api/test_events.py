@@ -90,7 +90,7 @@ async def test_events_tell_the_agent_a_cancel_is_pending_and_stop_after_the_run_
     await sync_to_async(transitions.request_cancel)(run_id, by="alice")
     response = await client.post(f"/api/v1/runs/{run_id}/events", body, content_type="application/json")
     assert response.json()["cancel_requested"] is True
-    await sync_to_async(transitions.force_cancel)(run_id, by="alice")
+    await sync_to_async(transitions.retire)(run_id, by="alice")
     response = await client.post(f"/api/v1/runs/{run_id}/events", body, content_type="application/json")
     assert response.status_code == 409 and response.json()["error"]["code"] == "run_ended"
     assert response.json()["status"] == "cancelled"

@@ -1,5 +1,7 @@
 """Heartbeat, steps, settle, suspend, and the operator's cancel and retire."""
 
+import pytest
+
 from runs import transitions
 from runs.models import Run, RunEvent, Step
 from tests.runs.api.conftest import error_code
@@ -18,7 +20,7 @@ def test_heartbeat_says_held_and_whether_a_cancel_is_pending(agent, held_run):
 
 def test_heartbeat_on_an_ended_run_says_not_held(agent, held_run):
     run_id = held_run()
-    transitions.force_cancel(run_id, by="alice")
+    transitions.retire(run_id, by="alice")
     assert agent[1].post(f"/runs/{run_id}/heartbeat").json() == {"held": False, "cancel_requested": True, "status": "cancelled"}
 
 
@@ -111,12 +113,14 @@ def test_suspend_parks_the_run_and_refuses_when_a_cancel_is_pending(agent, held_
     assert response.status_code == 409 and error_code(response) == "cancel_requested"
 
 
-def test_an_operator_cancels_a_live_run_and_a_queued_one(operator, held_run, make_run):
+@pytest.mark.parametrize("verb", ["abort", "cancel"])  # /cancel: the old path, kept as an alias
+def test_an_operator_aborts_a_live_run_and_a_queued_one(operator, held_run, make_run, verb):
     live, queued = held_run(), make_run()
     _, client = operator
-    assert client.post(f"/runs/{live}/cancel", {"note": "over budget"}).json()["outcome"] == "requested"
-    assert client.post(f"/runs/{live}/cancel").json()["outcome"] == "already_requested"
-    assert client.post(f"/runs/{queued.id}/cancel").json() == {"outcome": "settled", "status": "cancelled", "reason": "cancelled"}
+    assert client.post(f"/runs/{live}/{verb}", {"note": "over budget"}).json() == {
+        "outcome": "requested", "status": "running", "reason": ""}
+    assert client.post(f"/runs/{live}/{verb}").json()["outcome"] == "already_requested"
+    assert client.post(f"/runs/{queued.id}/{verb}").json() == {"outcome": "settled", "status": "cancelled", "reason": "cancelled"}
     run = Run.objects.get(pk=live)
     assert (run.status, run.cancel_source, run.cancel_requested_by, run.cancel_note) == ("running", "api", "api:ops", "over budget")
 
@@ -128,6 +132,7 @@ def test_an_operator_retires_a_run_and_a_second_retire_is_a_409(operator, held_r
     response = client.post(f"/runs/{run_id}/retire")
     assert response.status_code == 409 and response.json()["status"] == "cancelled"
     assert client.post(f"/runs/{run_id}/cancel").status_code == 409
+    assert client.post(f"/runs/{run_id}/abort").status_code == 409
 
 
 def test_a_committed_step_counts_as_a_heartbeat_so_a_busy_agent_is_not_reaped(agent, held_run):
@@ -161,7 +166,7 @@ def test_a_discarded_step_is_recorded_with_its_spend_in_the_totals(agent, held_r
 
 def test_a_discard_on_a_run_that_ended_changes_nothing(agent, held_run):
     run_id = held_run()
-    transitions.force_cancel(run_id, by="alice")
+    transitions.retire(run_id, by="alice")
     response = agent[1].post(f"/runs/{run_id}/discard", {"index": 0, "tokens_out": 9})
     assert response.status_code == 409 and error_code(response) == "run_ended"
     assert Run.objects.get(pk=run_id).tokens_out == 0
