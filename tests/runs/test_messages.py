@@ -57,6 +57,6 @@ async def test_retire_and_escalation_tell_the_worker_through_their_transitions()
     }
     assert await database_sync_to_async(transitions.escalate_cancel)(run.id)
     assert (await asyncio.wait_for(layer.receive(executor), 2))["hard"] is True
-    assert await database_sync_to_async(transitions.force_cancel)(run.id, by="op")
+    assert await database_sync_to_async(transitions.retire)(run.id, by="op")
     retired = await asyncio.wait_for(layer.receive(executor), 2)
     assert (retired["type"], retired.get("hard")) == ("run.cancel", None)
