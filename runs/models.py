@@ -33,7 +33,7 @@ class TerminationReason(models.TextChoices):
 
 
 class CancelSource(models.TextChoices):
-    DASHBOARD = "dashboard", "dashboard"  # an operator in the dashboard (stored "user" before migration 0007)
+    DASHBOARD = "dashboard", "dashboard"  # an operator in the dashboard (stored "user" before migration 0008)
     API = "api", "api"  # an operator key over the agent API
     CLI = "cli", "cli"  # manage.py runs abort / retire
     ADMIN = "admin", "admin"  # the Django admin action

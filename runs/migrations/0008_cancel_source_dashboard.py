@@ -15,7 +15,7 @@ def rename(old, new):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("runs", "0006_waiting_runs_release")]
+    dependencies = [("runs", "0007_drop_last_progress_at")]
 
     operations = [
         migrations.AlterField(
@@ -24,7 +24,7 @@ class Migration(migrations.Migration):
             field=models.CharField(
                 blank=True,
                 choices=[("dashboard", "dashboard"), ("api", "api"), ("cli", "cli"), ("admin", "admin"),
-                         ("watchdog", "watchdog"), ("policy", "policy"), ("shutdown", "shutdown")],
+                         ("watchdog", "watchdog"), ("worker", "worker"), ("shutdown", "shutdown")],
                 max_length=16,
             ),
         ),
