@@ -5,7 +5,7 @@ import pytest
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
-BEFORE, AFTER = ("runs", "0006_waiting_runs_release"), ("runs", "0007_cancel_source_dashboard")
+BEFORE, AFTER = ("runs", "0007_drop_last_progress_at"), ("runs", "0008_cancel_source_dashboard")
 
 
 def migrate(target):
