@@ -24,7 +24,7 @@ def test_audit_rows_for_each_action_and_source(make_run, running_run, run_in):
     assert ("alice", "dashboard", "203.0.113.7", "abort", "from the page") in seen
     assert ("cli", "cli", "", "retire", "worker died") in seen
     assert ("bob", "api", "", "retry", "") in seen
-    assert ("watchdog", "watchdog", "", "abort", "deadline exceeded") in seen
+    assert ("watchdog", "watchdog", "", "abort", "deadline passed") in seen
     assert {e.run_id for e in audit.entries(actor="watchdog")} == {d.id}
     assert {e.run_id for e in audit.entries(source="cli")} == {b.id}
 
