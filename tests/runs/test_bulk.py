@@ -63,7 +63,7 @@ def test_counts_stay_right_while_runs_settle_concurrently(postgres):
     start.wait()
     summary = bulk.execute("retire", Run.objects.filter(agent="bulk"), by="alice", batch=25)
     thread.join()
-    assert summary["settled"] + len(settled_by_worker) == len(runs)
-    assert summary["settled"] + summary["already terminal"] == len(runs)
-    assert Run.objects.filter(agent="bulk", status="cancelled").count() == summary["settled"]
+    assert summary["retired"] + len(settled_by_worker) == len(runs)
+    assert summary["retired"] + summary["already terminal"] == len(runs)
+    assert Run.objects.filter(agent="bulk", status="cancelled").count() == summary["retired"]
     assert Run.objects.filter(agent="bulk", status="completed").count() == len(settled_by_worker)
