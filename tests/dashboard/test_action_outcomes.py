@@ -14,11 +14,11 @@ HX = {"HTTP_HX_REQUEST": "true"}
 
 
 @pytest.fixture
-def waiting(running, released_in):
+def waiting(running_run, released_in):
     def make(status, released=False):
         if released:
             return released_in(status)
-        run = running()
+        run = running_run()
         assert transitions.suspend(run.id, worker="w1", status=status, request={"prompt": "?"})
         return run
 
@@ -59,8 +59,8 @@ def test_an_input_answer_is_queued_as_a_message(op_client, waiting):
     assert RunInput.objects.get(run=run).kind == "message"
 
 
-def test_retire_says_its_own_confirmation(op_client, running):
-    run = running()
+def test_retire_says_its_own_confirmation(op_client, running_run):
+    run = running_run()
     response = op_client.post(f"/runs/{run.id}/retire", **HX)
     assert response.status_code == 200 and "its late settle will be ignored" in response.content.decode()
     again = op_client.post(f"/runs/{run.id}/retire", **HX)
