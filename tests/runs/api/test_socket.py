@@ -133,3 +133,20 @@ async def test_the_socket_answers_a_viewers_resync_with_the_text_so_far():
     assert (snapshot["type"], snapshot["step"], snapshot["offset"], snapshot["text"], snapshot["resync"]) == (
         "run.progress", 0, 0, "Hello wörld 😀", True)
     await socket.disconnect()
+
+
+async def test_a_long_poll_answers_a_viewers_resync_too():
+    import asyncio
+
+    client, _, run_id = await held("polling-streamer")
+    events = [{"type": "delta", "step": 0, "offset": 0, "text": "polled"}]
+    assert (await client.post(f"/api/v1/runs/{run_id}/events", {"events": events})).status_code == 200
+    poll = asyncio.ensure_future(client.get(f"/api/v1/runs/{run_id}/control?wait=30"))
+    await asyncio.wait([poll], timeout=0.3)
+    layer = get_channel_layer()
+    reply = await layer.new_channel("viewer.")
+    await layer.group_send(groups.control(run_id), {"type": "run.resync", "reply_channel": reply})
+    snapshot = await asyncio.wait_for(layer.receive(reply), timeout=4)
+    assert (snapshot["text"], snapshot["resync"]) == ("polled", True)
+    assert not poll.done()  # the poll goes on waiting for a cancel
+    poll.cancel()
