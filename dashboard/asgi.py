@@ -38,6 +38,6 @@ application = ProtocolTypeRouter({"http": http_application, "websocket": websock
 
 if settings.RUNWARDEN_EMBEDDED:
     # `make run`: workers and the demo feeder on this server's event loop.
-    from dashboard.embedded import EmbeddedWorkers
+    from dashboard.engine_middleware import EmbeddedWorkers
 
     application = EmbeddedWorkers(application)

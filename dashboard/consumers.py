@@ -21,7 +21,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.http import QueryDict
 
 from dashboard import fragments, listing, logs, runview
-from runs import groups, metrics
+from runs import groups, messages, metrics
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +121,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
 
     async def dispatch(self, message):
         kind = message["type"]
-        if kind == "run.progress" and hasattr(self, "run_progress"):
+        if kind == messages.PROGRESS and hasattr(self, "run_progress"):
             # The hot path (up to ten deltas a second per run) touches no database:
             # skip the thread hop Channels' dispatch makes for every message to close
             # stale database connections. Measured: about a fifth of the server's time.
@@ -274,5 +274,5 @@ class RunDetailConsumer(LiveConsumer):
             return
         self.resync_asked = now
         await self.channel_layer.group_send(
-            groups.control(self.run_id), {"type": "run.resync", "reply_channel": self.channel_name}
+            groups.control(self.run_id), messages.resync(self.channel_name)
         )

@@ -7,13 +7,12 @@ the operator's filters while they watch appears on their first page.
 import base64
 import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
-from django.conf import settings
 from django.db.models import Count, Q
 from django.http import QueryDict
 
-from runs import queries
+from runs import queries, rules
 from runs.models import Run, RunEvent
 from runs.transitions import parse_id
 
@@ -70,18 +69,12 @@ class Filters:
             run_id = parse_id(self.q)
             runs = runs.filter(pk=run_id) if run_id else runs.filter(title__icontains=self.q)
         if self.stuck:
-            runs = runs.filter(pk__in=queries.stuck(stuck_after()).values("pk"))
+            runs = runs.filter(rules.stuck())
         if self.retryable:
-            runs = runs.filter(
-                status__in=Run.TERMINAL, termination_reason__in=Run.RETRYABLE, retried_at__isnull=True
-            )
+            runs = runs.filter(rules.RETRYABLE)
         if self.cancelling:
-            runs = runs.filter(cancel_requested_at__isnull=False, status__in=Run.NON_TERMINAL)
+            runs = runs.filter(rules.ABORTING)
         return runs
-
-
-def stuck_after():
-    return timedelta(seconds=settings.RUNWARDEN_STUCK_S)
 
 
 def encode_cursor(run):
@@ -104,7 +97,7 @@ def decode_cursor(text):
 def page(filters, *, before="", size=None):
     """One page, newest first, and the cursor of the next (older) page or ''."""
     size = size or PAGE_SIZE
-    runs = filters.apply(Run.objects.all()).order_by("-created_at", "-id")
+    runs = rules.with_flags(filters.apply(Run.objects.all())).order_by("-created_at", "-id")
     cursor = decode_cursor(before) if before else None
     if cursor:
         created, run_id = cursor
@@ -144,8 +137,8 @@ def counts(*, fresh=False):
     value = {
         "statuses": [(s.value, s.label, per_status.get(s.value, 0)) for s in Run.Status],
         "total": sum(per_status.values()),
-        "stuck": queries.stuck(stuck_after()).count(),
-        "cancelling": live.filter(cancel_requested_at__isnull=False).count(),
+        "stuck": Run.objects.filter(rules.stuck()).count(),
+        "cancelling": Run.objects.filter(rules.ABORTING).count(),
     }
     _counts_cache.update(at=now, value=value)
     return value

@@ -6,14 +6,12 @@ over the socket is the same HTML the page would render after a reload.
 
 import time
 from dataclasses import dataclass
-from datetime import timedelta
 
-from django.conf import settings
 from django.template.loader import render_to_string
-from django.utils import timezone
 from django.utils.safestring import mark_safe
 
 from dashboard import listing
+from runs import rules
 from runs.models import Run, RunEvent, RunInput, Step
 
 TIMELINE_LIMIT = 500
@@ -35,22 +33,6 @@ class Access:
         return cls(can_cancel=user.has_perm("runs.cancel_run"))
 
 
-def is_stuck(run, now=None):
-    if run.status not in Run.LIVE or run.is_released:  # released: no heartbeat to miss
-        return False
-    if run.heartbeat_at is None:
-        return True
-    return (now or timezone.now()) - run.heartbeat_at > listing.stuck_after()
-
-
-def cancel_unhonoured(run, now=None):
-    """A cancel asked longer ago than RUNWARDEN_CANCEL_GRACE_S and still not settled."""
-    if not run.is_cancelling or run.status not in Run.LIVE:
-        return False
-    grace = timedelta(seconds=settings.RUNWARDEN_CANCEL_GRACE_S)
-    return (now or timezone.now()) - run.cancel_requested_at > grace
-
-
 def buttons(run, access):
     """Which actions apply to this run for this viewer."""
     if not access.can_cancel:
@@ -58,7 +40,7 @@ def buttons(run, access):
     live = not run.is_terminal
     return {
         "abort": live,
-        "retire": run.status in Run.LIVE and (is_stuck(run) or cancel_unhonoured(run)),
+        "retire": run.status in Run.LIVE and (rules.is_stuck(run) or rules.is_not_honoured(run)),
         "retry": run.is_retryable and run.retried_at is None,
         "approve": run.status == Run.Status.WAITING_FOR_APPROVAL and not run.is_cancelling,
         "send_input": run.status == Run.Status.WAITING_FOR_INPUT and not run.is_cancelling,
@@ -83,7 +65,7 @@ def header_context(run, access):
         "run": run,
         "access": access,
         "buttons": buttons(run, access),
-        "stuck": is_stuck(run),
+        "stuck": rules.is_stuck(run),
         "retries": list(run.retries.order_by("created_at").values_list("pk", flat=True)),
     }
 
@@ -100,7 +82,8 @@ def detail_context(run, access):
 
 
 def get_run(run_id):
-    return Run.objects.select_related("retry_of").filter(pk=run_id).first()
+    """The run with its database-clock flags (`runs.rules.with_flags`), or None."""
+    return rules.with_flags(Run.objects.select_related("retry_of")).filter(pk=run_id).first()
 
 
 def render_update(run_id, access, *, after_seq, steps_known):
@@ -150,7 +133,7 @@ def render_rows(run_ids, access, *, insertable):
     """List rows for `run_ids` (newest first) in one out-of-band block; rows in
     `insertable` may be added to the top of a first page that lacks them."""
     last_event = listing.last_event_id()  # before the rows: the cursor never runs ahead of them
-    runs = Run.objects.filter(pk__in=list(run_ids)).order_by("-created_at", "-id")
+    runs = rules.with_flags(Run.objects.filter(pk__in=list(run_ids))).order_by("-created_at", "-id")
     rows = [render_row(run, access, run.pk in insertable) for run in runs]
     return render_to_string(
         "runs/live_list.html",
@@ -185,8 +168,9 @@ def heartbeat_cells():
     now = time.monotonic()
     if now - _heartbeats["at"] < HEARTBEATS_TTL_S:
         return _heartbeats["cells"]
-    # `worker` too: a released wait (no worker) is never stuck, and a deferred field is a query per row.
-    runs = Run.objects.filter(status__in=Run.LIVE).only("id", "status", "heartbeat_at", "worker")[:HEARTBEATS_LIMIT]
+    # Flagged in the same query: a run's "stuck" tag is judged on the database clock.
+    live = Run.objects.filter(status__in=Run.LIVE).only("id", "status", "heartbeat_at", "worker")
+    runs = rules.with_flags(live)[:HEARTBEATS_LIMIT]
     cells = {str(run.pk): render_to_string("runs/_heartbeat.html", {"run": run}) for run in runs}
     _heartbeats.update(at=now, cells=cells)
     return cells

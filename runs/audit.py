@@ -47,14 +47,27 @@ def inert_row(event):
     return {k: _inert(v) for k, v in as_row(event).items()}
 
 
-def write_csv(events, stream):
-    """CSV of `events` (a queryset) to a text stream."""
-    writer = csv.DictWriter(stream, fieldnames=COLUMNS)
-    writer.writeheader()
+class _Line:
+    """A file for csv.writer that hands each written line back instead of storing it."""
+
+    def write(self, line):
+        return line
+
+
+def csv_lines(events):
+    """The CSV of `events` (a queryset), header first, one line at a time: the audit
+    export streams it, however long the trail. The only CSV writer of the audit."""
+    writer = csv.DictWriter(_Line(), fieldnames=COLUMNS)
+    yield writer.writeheader()
     for event in events.iterator(chunk_size=1000):
-        writer.writerow(inert_row(event))
+        yield writer.writerow(inert_row(event))
+
+
+# What a spreadsheet reads as the start of a formula (OWASP "CSV injection"); TAB and CR
+# too: some strip a leading one and then read the "=" that follows it.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
 def _inert(value):
     text = str(value)
-    return "'" + text if text[:1] in ("=", "+", "-", "@") and text != "-" else text
+    return "'" + text if text.startswith(FORMULA_STARTS) and text != "-" else text

@@ -17,42 +17,49 @@ import threading
 import time
 from functools import partial
 
-from asgiref.sync import async_to_sync
+from asgiref.sync import SyncToAsync, async_to_sync
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.db import transaction
 
-from runs import groups
+from runs import groups, messages
 
 log = logging.getLogger(__name__)
 
-CANCELLING_EVENTS = ("cancel_requested", "retired", "cancel_not_honoured")
 FAILURE_LOG_EVERY_S = 30.0
 
 
-def on_commit(run, event):
-    transaction.on_commit(partial(announce, run, event))
+def on_commit(run, event, *, to_worker=None):
+    """After commit, announce `event` to the run's viewers and the list; `to_worker`, a
+    message the transition built for the run's executor (`messages.cancel`), goes first."""
+    transaction.on_commit(partial(announce, run, event, to_worker=to_worker))
 
 
-def announce(run, event):
+def announce(run, event, *, to_worker=None):
     """Tell the run's executor (for a cancel: first, it is the one that must act) and
     its viewers what changed."""
-    message = {
-        "type": "run.changed",
-        "run_id": str(run.id),
-        "status": run.status,
-        "seq": event.seq,
-        "event": event.kind,
-    }
-    sends = []
-    if event.kind in CANCELLING_EVENTS and not event.data.get("settled_queued"):
-        control = {"type": "run.cancel", "run_id": str(run.id), "source": run.cancel_source, "note": run.cancel_note}
-        if event.kind == "cancel_not_honoured":
-            control["hard"] = True  # drop the run's task at its next await
-        sends.append((groups.control(run.id), control))
-    elif event.kind == "resumed":  # an operator answered: an API agent's control channel delivers it
+    message = messages.changed(run, event)
+    sends = [(groups.control(run.id), to_worker)] if to_worker is not None else []
+    if event.kind == "resumed":
+        # An operator answered: an API agent's control channel delivers the answer. (Once
+        # every verb builds its own worker message, `resume` can pass this as to_worker.)
         sends.append((groups.control(run.id), {"type": "run.answered", "run_id": str(run.id)}))
     sends += [(groups.viewers(run.id), message), (groups.LIST_GROUP, message)]
     send_all(sends)
+
+
+def route_to_loop(loop):
+    """Make this thread's broadcasts to the in-memory layer run on `loop`.
+
+    The in-memory layer's queues belong to the event loop that serves its consumers
+    (the server's, when the engine runs inside it), and `send_all` reaches it through
+    `async_to_sync`, which runs the send on asgiref's "main" loop for the thread. A
+    thread of our own (the engine's database pool) has none, so `async_to_sync` would
+    start a loop of its own and the send would land on queues nobody reads. asgiref
+    keeps that loop in a private thread-local, set by `sync_to_async` for the threads
+    it runs; we set it the same way, here only, so an asgiref upgrade that moves it
+    breaks one function (tests/runs/test_broadcast.py covers the route)."""
+    SyncToAsync.threadlocal.main_event_loop = loop
+    SyncToAsync.threadlocal.main_event_loop_pid = os.getpid()
 
 
 def send_all(sends):

@@ -8,7 +8,7 @@ while the operation is under way is counted as what it became, never overwritten
 from collections import Counter
 from dataclasses import dataclass
 
-from runs import transitions
+from runs import rules, transitions
 from runs.models import Run
 from runs.transitions import CancelOutcome
 
@@ -31,7 +31,7 @@ class Preview:
 def applicable(action, runs):
     """Narrow a queryset to the runs an action can change (what the preview counts)."""
     if action == "retry":
-        return runs.filter(status__in=Run.TERMINAL, termination_reason__in=Run.RETRYABLE, retried_at__isnull=True)
+        return runs.filter(rules.RETRYABLE)
     return runs.filter(status__in=Run.NON_TERMINAL)
 
 

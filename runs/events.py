@@ -24,7 +24,3 @@ def append(run_id, kind, /, *, actor="", source="", **data):
         broadcast.on_commit(run, event)
     return event
 
-
-def after(run_id, seq, limit=500):
-    """Events of one run after `seq`, in order: the catch-up for a reconnecting viewer."""
-    return list(RunEvent.objects.filter(run_id=run_id, seq__gt=seq).order_by("seq")[:limit])

@@ -7,12 +7,11 @@ per process: it counts this process's sockets.
 
 from datetime import timedelta
 
-from django.conf import settings
 from django.db.models import Count, DurationField, Exists, ExpressionWrapper, F, OuterRef, Q, Sum
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
-from runs import queries
+from runs import rules
 from runs.models import Run, RunEvent
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -83,9 +82,8 @@ class RunCollector:
         yield GaugeMetricFamily(
             "runwarden_active_runs", "Runs running or waiting", value=Run.objects.filter(status__in=Run.LIVE).count()
         )
-        stuck_after = timedelta(seconds=settings.RUNWARDEN_STUCK_S)
         yield GaugeMetricFamily(
-            "runwarden_stuck_runs", "Live runs with a stale heartbeat", value=queries.stuck(stuck_after).count()
+            "runwarden_stuck_runs", "Live runs with a stale heartbeat", value=Run.objects.filter(rules.stuck()).count()
         )
         events = dict(
             RunEvent.objects.filter(kind__in=["late_settle_ignored", "reaped", "cancel_not_honoured"])

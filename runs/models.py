@@ -38,7 +38,7 @@ class CancelSource(models.TextChoices):
     CLI = "cli", "cli"  # manage.py runs cancel
     ADMIN = "admin", "admin"  # the Django admin action
     WATCHDOG = "watchdog", "watchdog"  # deadline or unhonoured cancel
-    POLICY = "policy", "policy"  # a policy hook inside the run
+    WORKER = "worker", "worker"  # the run's own worker: its deadline passed
     SHUTDOWN = "shutdown", "shutdown"  # older rows: a stopping worker now ends runs failed/worker_shutdown
 
 
@@ -94,7 +94,6 @@ class Run(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
-    last_progress_at = models.DateTimeField(null=True, blank=True)
 
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     cancel_requested_by = models.CharField(max_length=150, blank=True)

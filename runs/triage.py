@@ -5,11 +5,7 @@ few rows and offer bulk actions on the rest.
 """
 
 from dataclasses import dataclass
-from datetime import timedelta
-
-from django.conf import settings
-
-from runs import queries
+from runs import queries, rules
 from runs.models import Run
 
 
@@ -23,18 +19,18 @@ class Section:
 
 
 def sections():
-    stuck_after = timedelta(seconds=settings.RUNWARDEN_STUCK_S)
-    grace = timedelta(seconds=settings.RUNWARDEN_CANCEL_GRACE_S)
+    limits = rules.thresholds()
     return [
         Section(
             "stuck", "Stuck",
-            f"Live, but no heartbeat for over {settings.RUNWARDEN_STUCK_S:g}s: the worker may be gone.",
-            queries.stuck(stuck_after), "retire",
+            f"Live, but no heartbeat for over {limits.stuck.total_seconds():g}s: the worker may be gone.",
+            rules.with_flags(queries.stuck(limits.stuck)), "retire",
         ),
         Section(
             "not_honoured", "Cancel not honoured",
-            f"Cancel requested over {settings.RUNWARDEN_CANCEL_GRACE_S:g}s ago and still live.",
-            queries.cancel_not_honoured(grace).order_by("cancel_requested_at"), "retire",
+            f"Cancel requested over {limits.grace.total_seconds():g}s ago and still live.",
+            rules.with_flags(Run.objects.filter(rules.not_honoured(limits.grace))).order_by("cancel_requested_at"),
+            "retire",
         ),
         Section(
             "approval", "Waiting for approval",
@@ -44,9 +40,7 @@ def sections():
         Section(
             "retryable", "Failed and retryable",
             "Provider failures and lost workers that have not been retried yet.",
-            Run.objects.filter(
-                status=Run.Status.FAILED, termination_reason__in=Run.RETRYABLE, retried_at__isnull=True
-            ).order_by("-created_at"), "retry",
+            Run.objects.filter(rules.RETRYABLE).order_by("-created_at"), "retry",
         ),
         Section(
             "longest", "Longest running",

@@ -1,12 +1,14 @@
 """The watchdog: finds runs nobody is looking after and settles them, each guarded.
 
-Every sweep, on the database clock (one clock for every node):
+Every sweep, on the database clock (one clock for every node); the rules and their
+thresholds are `runs.rules`:
 
     finding               rule                                             action
     stuck                 live, heartbeat older than RUNWARDEN_STUCK_S     flagged (derived, counted)
     lost                  running, heartbeat older than RUNWARDEN_REAP_S   reap: failed / worker_lost
     unanswered wait       released waiting_*, past its wait_deadline       failed / approval_denied
-    past deadline         non-terminal, deadline passed, no cancel yet     request cancel (watchdog)
+    past deadline         non-terminal, deadline passed, no cancel yet     request cancel (watchdog; the
+                                                                           run's worker may be first)
     cancel not honoured   cancel older than RUNWARDEN_CANCEL_GRACE_S       escalate: the worker is told
                                                                            to stop hard (once)
     hard stop ignored     escalated over RUNWARDEN_CANCEL_ESCALATE_S ago   retire (force_cancel)
@@ -20,13 +22,11 @@ wins. A sweep is idempotent: two watchdogs (or two servers) can run side by side
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from datetime import timedelta
-
 from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db.models import Q
 
-from runs import queries, transitions
+from runs import rules, transitions
 from runs.models import Run
 
 log = logging.getLogger(__name__)
@@ -48,29 +48,32 @@ class Sweep:
         return bool(self.reaped or self.deadline_cancelled or self.retired or self.escalated or self.expired)
 
 
-def _seconds(value):
-    return timedelta(seconds=value)
+def cancel_past_deadline(run_ids=None, *, by="watchdog", source=WATCHDOG, limit=500):
+    """Ask each run past its deadline (`rules.DEADLINE_PASSED`, on the database clock) to
+    stop, with the one deadline note; `run_ids` narrows it to those runs. The watchdog and
+    a run's own worker both call it, each as itself. Returns the ids asked (or settled)."""
+    runs = Run.objects.filter(rules.DEADLINE_PASSED)
+    if run_ids is not None:
+        runs = runs.filter(pk__in=list(run_ids))
+    cancelled = []
+    for run_id in runs.values_list("pk", flat=True)[:limit]:
+        outcome = transitions.request_cancel(run_id, by=by, source=source, note=rules.DEADLINE_NOTE)
+        if outcome in (transitions.CancelOutcome.REQUESTED, transitions.CancelOutcome.SETTLED):
+            cancelled.append(run_id)
+    return cancelled
 
 
 def sweep(*, stuck_s=None, reap_s=None, grace_s=None, escalate_s=None, limit=500):
     """One pass of the table above; returns what it found and did."""
-    stuck_after = _seconds(stuck_s if stuck_s is not None else settings.RUNWARDEN_STUCK_S)
-    reap_after = _seconds(reap_s if reap_s is not None else settings.RUNWARDEN_REAP_S)
-    grace_s = grace_s if grace_s is not None else settings.RUNWARDEN_CANCEL_GRACE_S
-    grace = _seconds(grace_s)
-    escalate = _seconds(escalate_s if escalate_s is not None else settings.RUNWARDEN_CANCEL_ESCALATE_S)
+    limits = rules.thresholds(stuck_s=stuck_s, reap_s=reap_s, grace_s=grace_s, escalate_s=escalate_s)
     report = Sweep()
 
-    for run_id in queries.past_deadline().values_list("pk", flat=True)[:limit]:
-        outcome = transitions.request_cancel(run_id, by="watchdog", source=WATCHDOG, note="deadline exceeded")
-        if outcome in (transitions.CancelOutcome.REQUESTED, transitions.CancelOutcome.SETTLED):
-            report.deadline_cancelled.append(run_id)
-
-    report.reaped = transitions.reap_stale(older_than=reap_after, limit=limit)
+    report.deadline_cancelled = cancel_past_deadline(limit=limit)
+    report.reaped = transitions.reap_stale(older_than=limits.reap, limit=limit)
     report.expired = transitions.expire_waits(limit=limit)
 
-    silent = Q(heartbeat_at__lt=queries.stale_before(stuck_after)) | Q(heartbeat_at__isnull=True)
-    ignored = queries.cancel_not_honoured(grace)
+    silent = rules.silent(limits.stuck)
+    ignored = Run.objects.filter(rules.not_honoured(limits.grace))
     for run_id in ignored.filter(silent).values_list("pk", flat=True)[:limit]:
         # Re-checked in the UPDATE: a heartbeat that lands now keeps the run alive.
         if transitions.force_cancel(
@@ -78,19 +81,19 @@ def sweep(*, stuck_s=None, reap_s=None, grace_s=None, escalate_s=None, limit=500
         ):
             report.retired.append(run_id)
 
-    for run_id in queries.escalation_due(grace).values_list("pk", flat=True)[:limit]:
-        if transitions.escalate_cancel(run_id, by="watchdog", grace_s=grace_s):
+    for run_id in Run.objects.filter(rules.escalation_due(limits.grace)).values_list("pk", flat=True)[:limit]:
+        if transitions.escalate_cancel(run_id, by="watchdog", grace_s=limits.grace.total_seconds()):
             report.escalated.append(run_id)
-    hard_stop_ignored = queries.retire_due(escalate)
+    hard_stop_ignored = Run.objects.filter(rules.retire_due(limits.escalate))
     for run_id in hard_stop_ignored.values_list("pk", flat=True)[:limit]:
         # The guard re-checks the escalation's age inside the UPDATE.
         if transitions.force_cancel(
             run_id, by="watchdog", source=WATCHDOG, note="cancel not honoured; hard stop ignored",
-            guard=Q(cancel_escalated_at__lt=queries.stale_before(escalate)),
+            guard=Q(cancel_escalated_at__lt=rules.stale_before(limits.escalate)),
         ):
             report.retired.append(run_id)
 
-    report.stuck = queries.stuck(stuck_after).count()
+    report.stuck = Run.objects.filter(rules.stuck(limits.stuck)).count()
     report.not_honoured = ignored.count()
     if report.acted:
         log.info(

@@ -23,6 +23,14 @@ def pytest_sessionstart(session):
 os.environ["RUNWARDEN_DB_POOL"] = "0"
 
 
+def claim_new_run(*, worker="w1", agent="scripted", title="a run", **kwargs):
+    """A new run claimed by `worker`, through the transitions, as its fresh row: the one
+    "claimed run" helper behind every fixture that needs one (async tests wrap it)."""
+    run = transitions.create_run(agent=agent, title=title, **kwargs)
+    assert transitions.claim(run.id, worker=worker)
+    return Run.objects.get(pk=run.id)
+
+
 @pytest.fixture
 def make_run(db):
     """Create a queued run (through the transitions, as everything else does)."""
@@ -36,16 +44,9 @@ def make_run(db):
 
 
 @pytest.fixture
-def running_run(make_run):
-    """A run claimed by worker `w1`."""
-
-    def make(worker="w1", **kwargs):
-        run = make_run(**kwargs)
-        assert transitions.claim(run.id, worker=worker)
-        run.refresh_from_db()
-        return run
-
-    return make
+def running_run(db):
+    """`running_run(worker="w1", **create_run kwargs)`: see `claim_new_run`."""
+    return claim_new_run
 
 
 @pytest.fixture
@@ -56,13 +57,12 @@ def postgres(transactional_db):
 
 
 @pytest.fixture
-def released_in(make_run):
+def released_in(db):
     """A run waiting in `status` that the engine released (no holder), as `w1` leaves it:
     its gated reply kept for the resume, its wait ending `timeout_s` from now."""
 
     def make(status="waiting_for_approval", timeout_s=300, **kwargs):
-        run = make_run(**kwargs)
-        assert transitions.claim(run.id, worker="w1")
+        run = claim_new_run(worker="w1", **kwargs)
         step = {"index": 0, "text": "may I?", "tool_calls": [{"id": "c0", "name": "echo", "args": {}}],
                 "tokens_in": 3, "tokens_out": 4, "cost": "0.01", "approved": []}
         request = {"kind": "approval", "call_id": "c0", "tool": "echo", "resume": {"step": step, "taken": []}}

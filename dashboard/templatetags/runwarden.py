@@ -1,6 +1,6 @@
 """Small display helpers for run pages: durations, ages, money, tokens."""
 
-from datetime import datetime, timedelta
+from datetime import datetime
 from decimal import Decimal
 
 from django import template
@@ -26,16 +26,6 @@ def ago(value):
     if not isinstance(value, datetime):
         return "—"
     return _span((timezone.now() - value).total_seconds())
-
-
-@register.filter
-def span(value):
-    """A timedelta or seconds as '3m 04s'."""
-    if value is None:
-        return "—"
-    if isinstance(value, timedelta):
-        value = value.total_seconds()
-    return _span(value)
 
 
 @register.simple_tag
@@ -75,10 +65,10 @@ def iso(value):
 
 @register.filter
 def stuck(run):
-    """A live run whose heartbeat is older than RUNWARDEN_STUCK_S."""
-    from dashboard.runview import is_stuck
+    """`runs.rules.stuck` on the database clock (the row's `with_flags` annotation)."""
+    from runs import rules
 
-    return is_stuck(run)
+    return rules.is_stuck(run)
 
 
 @register.filter

@@ -17,11 +17,11 @@ from django.views.decorators.http import require_POST
 
 from dashboard import runview
 from runs import bulk as runs_bulk
-from runs import transitions
+from runs import rules, transitions
 from runs.models import Run
 from runs.transitions import CancelOutcome, parse_id
 
-NOTE_LIMIT = 500
+NOTE_LIMIT = rules.NOTE_LIMIT
 INPUT_LIMIT = 10_000
 BULK_LIMIT = 500
 

@@ -15,10 +15,10 @@
     progress.py    one run's in-flight step, coalesced at the source for deltas.py
     heartbeats.py  one heartbeat statement per interval for all of a worker's runs
     fastpath.py    the channel layer, best effort (the heartbeat is the slow path)
-    db.py          database calls from the loop, on a bounded pool of owned threads;
+    db_pool.py     database calls from the loop, on a bounded pool of owned threads;
                    dropped connections replaced
     holding.py     hold a finished step or an outcome through a database outage
-    demo.py        the demo feeder; embedded.py: workers inside the server process
+    demo.py        the demo feeder; in_process.py: workers inside the server process
 
 It knows nothing of HTTP or templates; it changes runs only through runs.transitions.
 """

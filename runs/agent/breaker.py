@@ -21,10 +21,6 @@ class Breaker:
         self.failures = 0  # consecutive
         self.opened_at = None
 
-    @property
-    def is_open(self):
-        return self.opened_at is not None
-
     def allow(self):
         """May a request go out now? (Closed, or open long enough for a trial.)"""
         with self._lock:

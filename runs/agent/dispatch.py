@@ -12,6 +12,7 @@ holds a call without its result; an abandoned call leaves no record at all.
 import asyncio
 import json
 
+from runs import messages
 from runs.agent.cancel import Cancelled
 from runs.agent.outcomes import PolicyDenied
 from runs.agent.racing import Racer
@@ -66,7 +67,7 @@ class ToolDispatcher:
     async def _one(self, call):
         record = {"id": call.id, "name": call.name, "args": call.args}
         tool = self.tools.get(call.name)
-        self.progress.tool(call.id, call.name, "running")
+        self.progress.tool(call.id, call.name, messages.STARTED)
         try:
             if tool is None:
                 raise LookupError(f"unknown tool {call.name!r}")
@@ -78,7 +79,7 @@ class ToolDispatcher:
             record["error"] = f"tool timed out after {self.config.tool_timeout_s:g}s"
         except Exception as error:  # noqa: BLE001 - a tool's failure is its result
             record["error"] = f"{type(error).__name__}: {error}"
-        self.progress.tool(call.id, call.name, "error" if "error" in record else "done")
+        self.progress.tool(call.id, call.name, messages.FAILED if "error" in record else messages.FINISHED)
         return record
 
 

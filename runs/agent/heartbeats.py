@@ -4,7 +4,8 @@
 whether a cancel is pending; that answer is the slow path of cancel delivery, so a
 cancel lands within about one interval even when the control plane is down. A run the
 worker no longer holds (retired, reaped, taken over) is marked lost and stopped; a run
-past its deadline gets a cancel requested as the watchdog would.
+past its deadline gets a cancel requested by its worker, through the watchdog's own rule
+(`watchdog.cancel_past_deadline`: the database clock decides, the note is the same).
 
 The loop runs while some run is registered and ends with the last one (a Worker starts
 it again with its next run). The periodic beat goes on the database pool's urgent lane:
@@ -17,7 +18,7 @@ import logging
 
 from django.utils import timezone
 
-from runs import transitions
+from runs import transitions, watchdog
 from runs.models import Run
 
 log = logging.getLogger(__name__)
@@ -104,20 +105,21 @@ class Heartbeats:
                 state.hard_stop()
             elif beat.cancel_requested:
                 state.fire("heartbeat")
+            # Our clock only says when to ask; the database's decides (a skewed worker
+            # asks again on the next beat).
             elif deadline is not None and now >= deadline and run_id not in self._deadlines:
                 self._deadlines.add(run_id)
                 asyncio.ensure_future(self._deadline_passed(state))
 
     async def _deadline_passed(self, state):
         try:
-            await self.db.call(
-                transitions.request_cancel, state.run_id, by="watchdog",
-                source=Run.CancelSource.WATCHDOG, note="deadline passed",
+            asked = await self.db.call(
+                watchdog.cancel_past_deadline, [state.run_id], by=self.worker_id, source=Run.CancelSource.WORKER,
             )
         except Exception as error:  # noqa: BLE001 - retried on the next beat; the watchdog cancels it too
             log.warning("run %s: deadline cancel failed: %s", state.run_id, error)
             return
         finally:
             self._deadlines.discard(state.run_id)
-        if self._runs.get(state.run_id, (None,))[0] is state:
+        if asked and self._runs.get(state.run_id, (None,))[0] is state:
             state.fire("heartbeat")

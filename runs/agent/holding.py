@@ -2,7 +2,7 @@
 
 The worker keeps what it reached (a finished step, an outcome) while PostgreSQL does
 not answer, and writes it once it does: a 10 s outage pauses runs at their next write
-instead of failing them or leaving them to the reaper. The pool (`runs.agent.db`) says
+instead of failing them or leaving them to the reaper. The pool (`runs.agent.db_pool`) says
 which failures were the database being away (`DatabaseUnavailable`) and whether the
 failed call can have committed anything; this module only waits and tries again.
 """
@@ -11,7 +11,7 @@ import asyncio
 import logging
 
 from runs.agent import racing
-from runs.agent.db import DatabaseUnavailable
+from runs.agent.db_pool import DatabaseUnavailable
 
 log = logging.getLogger(__name__)
 

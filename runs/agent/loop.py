@@ -58,7 +58,7 @@ from runs import transitions
 from runs.agent import outcomes, resume
 from runs.agent.approval import Approvals, Park
 from runs.agent.cancel import Cancelled
-from runs.agent.db import DatabaseUnavailable, retry_safe
+from runs.agent.db_pool import DatabaseUnavailable, retry_safe
 from runs.agent.dispatch import ToolDispatcher, deny_listed
 from runs.agent.holding import hold
 from runs.agent.model import ModelCaller

@@ -28,10 +28,6 @@ class Outcome:
     error_message: str = ""
     abandoned: bool = False  # never settle: the run was lost, or the worker "died"
 
-    @property
-    def is_abnormal(self):
-        return self.status in (S.FAILED, S.CANCELLED)
-
 
 COMPLETED = Outcome(S.COMPLETED, R.COMPLETED)
 MAX_ITERATIONS = Outcome(S.COMPLETED, R.MAX_ITERATIONS, truncated=True)

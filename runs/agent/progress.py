@@ -1,10 +1,7 @@
 """Deltas of the in-flight step, to the run's viewers group, coalesced at the source.
 
-Message (contract with the dashboard):
-    {"type": "run.progress", "run_id": str, "step": <in-flight step index>,
-     "offset": <char offset in that step's streamed text where `text` starts>,
-     "text": <chunk>, "tools": [{"id", "name", "state": running|done|error}]?}
-The run only records what it streamed and tells the worker's DeltaPublisher it has
+Messages are `runs.messages.progress` (the contract with the dashboard), tool states
+`runs.messages.TOOL_STATES` (started, finished, failed: the agent API's words). The run only records what it streamed and tells the worker's DeltaPublisher it has
 something; the publisher takes ONE message per run per batch (`take()`), holding all
 the text since the last one, so a run sends at most `hz` messages a second and a lagging
 layer makes messages longer, not more numerous. Chunks are contiguous: a viewer that
@@ -13,6 +10,7 @@ by `snapshot()`: offset 0, the whole text so far, `"resync": true`). Committed s
 to the database, never through here.
 """
 
+from runs import messages
 from runs.agent.deltas import DeltaPublisher
 
 
@@ -49,7 +47,7 @@ class Progress:
         self.publisher.pending(self)
 
     def tool(self, call_id, name, state):
-        self._tools[call_id] = {"id": call_id, "name": name, "state": state}
+        self._tools[call_id] = messages.tool(call_id, name, state)
         self._tools_dirty = True
         self.publisher.pending(self)
 
@@ -75,27 +73,22 @@ class Progress:
 
     def snapshot(self):
         """The whole in-flight step so far, for a reconnecting viewer."""
-        message = {**self._base(), "offset": 0, "text": self.text, "resync": True}
-        if self._tools:
-            message["tools"] = list(self._tools.values())
-        return message
+        return messages.progress(
+            self.run_id, self.step, text=self.text, tools=list(self._tools.values()) or None, resync=True
+        )
 
     async def close(self):
         """The run is over. What is sealed still goes out with the next batch (the last
         step's tail), so a viewer's text matches the committed step."""
         self.publisher.detach(self)
 
-    def _base(self):
-        return {"type": "run.progress", "run_id": self.run_id, "step": self.step}
-
     def _build(self):
         if not (self._resync or self._tools_dirty or self._sent < len(self.text)):
             return None
-        if self._resync:
-            message = {**self._base(), "offset": 0, "text": self.text, "resync": True}
-        else:
-            message = {**self._base(), "offset": self._sent, "text": self.text[self._sent :]}
-        if self._tools_dirty:
-            message["tools"] = list(self._tools.values())
+        offset = 0 if self._resync else self._sent
+        message = messages.progress(
+            self.run_id, self.step, offset=offset, text=self.text[offset:],
+            tools=list(self._tools.values()) if self._tools_dirty else None, resync=self._resync,
+        )
         self._sent, self._tools_dirty, self._resync = len(self.text), False, False
         return message

@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 
 from django.db import transaction
 
-from runs import events, transitions
+from runs import events, messages, transitions
 from runs.agent import outcomes, providers
 from runs.agent.breaker import Breakers
 from runs.agent.config import EngineConfig
 from runs.agent.control import control_for
-from runs.agent.db import retry_safe
+from runs.agent.db_pool import retry_safe
 from runs.agent.deltas import DeltaPublisher
 from runs.agent.heartbeats import Heartbeats
 from runs.agent.holding import hold
@@ -252,11 +252,11 @@ def _control_handler(state, progress, ctx):
     # Runs on the control plane's reader: nothing here may wait.
     def handle(message):
         kind = message.get("type")
-        if kind == "run.cancel":
+        if kind == messages.CANCEL:
             state.fire("channel")
             if message.get("hard"):  # the watchdog's escalation of a cancel not honoured
                 state.hard_stop()
-        elif kind == "run.resync" and message.get("reply_channel"):
+        elif kind == messages.RESYNC and message.get("reply_channel"):
             ctx.deltas.send(message["reply_channel"], progress.snapshot())
 
     return handle

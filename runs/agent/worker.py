@@ -33,7 +33,7 @@ from runs.agent import providers
 from runs.agent.breaker import Breakers
 from runs.agent.cancel import CancelSignal
 from runs.agent.config import EngineConfig
-from runs.agent.db import DbPool
+from runs.agent.db_pool import DbPool
 from runs.agent.fastpath import FastPath
 from runs.agent.runner import RunState, WorkerContext, execute
 

@@ -137,9 +137,6 @@ class KeyAuth(HttpBearer):
         return find_key(token.strip())
 
 
-RUN_FIELDS_FOR_ACCESS = ("id", "status", "worker", "cancel_requested_at", "cancel_source", "cancel_note", "steps")
-
-
 def run_for(key, run_id, *, only=None):
     """The run `key` may act on, or ApiError 404 (no such run) / 403 (another's run).
 

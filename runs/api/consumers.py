@@ -28,7 +28,7 @@ from runs.api import inflight, tickets
 from runs.api.answers import answers_for
 from runs.api.auth import find_key, token_from_header
 from runs.api.control import control_state
-from runs.api.db import db_call
+from runs.api.db_call import db_call
 from runs.api.errors import ApiError, error_body
 from runs.api.revocation import key_group, still_active
 from runs.models import Run

@@ -16,11 +16,11 @@ from channels.layers import get_channel_layer
 from ninja import Query, Router, Status
 from pydantic import BaseModel, Field
 
-from runs import groups
+from runs import groups, messages
 from runs.api import inflight
 from runs.api.answers import answers_for
 from runs.api.auth import run_for
-from runs.api.db import db_call
+from runs.api.db_call import db_call
 from runs.api.errors import ApiError
 from runs.api.revocation import key_group, still_active
 from runs.api.schemas import ERRORS, ControlOut
@@ -77,7 +77,7 @@ async def control(request, run_id: str, query: Query[ControlQuery]):
             if remaining <= 0:
                 return Status(204, None)
             message = await waker.wait(min(remaining, RECHECK_S))
-            if message and message.get("type") == "run.resync" and message.get("reply_channel"):
+            if message and message.get("type") == messages.RESYNC and message.get("reply_channel"):
                 # A viewer asking for the in-flight text: this poll is in the control group.
                 snapshot = await db_call(inflight.snapshot)(run.pk)
                 if snapshot is not None:

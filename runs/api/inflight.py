@@ -11,6 +11,7 @@ longer in flight (a run ended another way: reaped, retired).
 
 from django.db import IntegrityError, transaction
 
+from runs import messages
 from runs.models import ApiInflight, Run
 
 MAX_TEXT = 1_000_000  # code points of one step kept for late joiners (live viewers get all)
@@ -59,11 +60,7 @@ def snapshot(run_id):
     if run is None or run["status"] not in Run.LIVE or row.step < run["steps"]:
         clear(run_id)  # stale: the step was committed, or the run ended some other way
         return None
-    message = {"type": "run.progress", "run_id": str(run_id), "step": row.step, "offset": 0, "text": row.text,
-               "resync": True}
-    if row.tools:
-        message["tools"] = list(row.tools.values())
-    return message
+    return messages.progress(run_id, row.step, text=row.text, tools=list(row.tools.values()) or None, resync=True)
 
 
 def clear(run_id):

@@ -5,17 +5,16 @@ becomes one message per step and contiguous stretch of text. A delta that does n
 continue the previous one (a gap or an overlap, e.g. a client retrying a batch)
 starts a new message, so a viewer can still place every piece by its offset.
 
-Message: {"type": "run.progress", "run_id", "step", "offset", "text", "tools"}, where
-`tools` holds the latest state per tool id within the message:
-{"id", "name", "state": "started"|"finished"|"failed", "args", "result", "error"}.
-A message with tools only has offset 0 and empty text.
+Messages are `runs.messages.progress`, `tools` holding the latest `runs.messages.tool`
+per tool id within the message (with args, result, error). A message with tools only
+has offset 0 and empty text.
 """
 
 import logging
 
 from channels.layers import get_channel_layer
 
-from runs import groups
+from runs import groups, messages
 
 log = logging.getLogger("runs.api")
 
@@ -66,9 +65,8 @@ async def relay(run_id, messages):
 
 
 def _new(run_id, step, offset, text):
-    return {"type": "run.progress", "run_id": run_id, "step": step, "offset": offset, "text": text, "tools": []}
+    return messages.progress(run_id, step, offset=offset, text=text, tools=[])
 
 
 def _tool(event):
-    return {"id": event.id, "name": event.name, "state": event.state, "args": event.args,
-            "result": event.result, "error": event.error}
+    return messages.tool(event.id, event.name, event.state, args=event.args, result=event.result, error=event.error)

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 from ninja import Schema
 from pydantic import AwareDatetime, ConfigDict, Field, StrictBool, field_validator, model_validator
 
+from runs import rules
 from runs.models import Run
 
 INT32 = 2**31 - 1
@@ -226,7 +227,7 @@ class SuspendOut(Outcome):
 
 
 class CancelIn(Strict):
-    note: str = Field("", max_length=500)
+    note: str = Field("", max_length=rules.NOTE_LIMIT)
 
 
 class CancelOut(Outcome):

@@ -12,7 +12,7 @@ from ninja import Query, Router, Status
 from runs import transitions
 from runs.api import inflight, reading
 from runs.api.auth import run_for
-from runs.api.db import db_call
+from runs.api.db_call import db_call
 from runs.api.errors import ApiError, too_large
 from runs.api.relay import coalesce, relay
 from runs.api.schemas import ERRORS, ConflictOut, EventsIn, EventsOut, EventsPageOut, EventsQuery

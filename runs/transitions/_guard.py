@@ -73,13 +73,15 @@ def actor_name(by):
     return str(by)[:150]
 
 
-def guarded(run_id, verb, *, event, guard=None, actor="", source="", data=None, **changes):
+def guarded(run_id, verb, *, event, guard=None, actor="", source="", data=None, to_worker=None, **changes):
     """The one conditional UPDATE behind every transition.
 
     Returns the run as it stands after the change, or None when the guard refused
     (wrong status, another worker, no such run): then nothing was written. `data` is
     the event's payload, or a function of the changed run giving it (for a verb whose
-    outcome is decided inside the UPDATE).
+    outcome is decided inside the UPDATE). `to_worker`, a function of the changed run,
+    gives the message (`runs.messages`) its executor must get after commit, or None:
+    the transition says who is told.
     """
     run_id = parse_id(run_id)
     if run_id is None:
@@ -100,7 +102,7 @@ def guarded(run_id, verb, *, event, guard=None, actor="", source="", data=None, 
         )
         if run.status in (S.FAILED, S.CANCELLED):
             resolve_queued_inputs(run)
-        broadcast.on_commit(run, event_row)
+        broadcast.on_commit(run, event_row, to_worker=to_worker(run) if to_worker else None)
     return run
 
 

@@ -5,7 +5,7 @@ from decimal import Decimal
 from django.db.models import Case, F, Q, Value, When
 from django.db.models.functions import Coalesce, Now
 
-from runs import events, queries
+from runs import events, messages, rules
 from runs.models import Run
 from runs.transitions._guard import (
     ALLOWED_FROM, UNHELD, E, R, S, CancelOutcome, actor_name, cancel_wins, guarded, log, parse_id, terminal,
@@ -25,7 +25,7 @@ def request_cancel(run_id, *, by=None, source=Run.CancelSource.USER, note=""):
     """
     if source not in Run.CancelSource.values:
         raise ValueError(f"unknown cancel source {source!r}")
-    actor, note = actor_name(by), (note or "")[:500]
+    actor, note = actor_name(by), (note or "")[:rules.NOTE_LIMIT]
     queued = UNHELD  # a queued run, or a waiting one the engine released
 
     def if_queued(then, otherwise):
@@ -41,6 +41,7 @@ def request_cancel(run_id, *, by=None, source=Run.CancelSource.USER, note=""):
         actor=actor,
         source=source,
         data=lambda run: {"note": note, **({"settled_queued": True} if run.is_terminal else {})},
+        to_worker=lambda run: None if run.is_terminal else messages.cancel(run),  # settled: nobody to tell
         cancel_requested_at=Now(),
         cancel_requested_by=actor,
         cancel_source=source,
@@ -64,13 +65,14 @@ def force_cancel(run_id, *, by=None, note="", source=Run.CancelSource.USER, guar
     """Retire a run whose worker is gone: any non-terminal run becomes cancelled now.
     The totals it reached are kept. False when it had already ended (or `guard`, a Q
     re-checked inside the UPDATE, no longer holds)."""
-    actor, note = actor_name(by), (note or "")[:500]
+    actor, note = actor_name(by), (note or "")[:rules.NOTE_LIMIT]
     no_request = Q(cancel_requested_at__isnull=True)
     run = guarded(
         run_id,
         "force_cancel",
         event=E.RETIRED,
         guard=guard,
+        to_worker=messages.cancel,  # a worker still alive must stop
         actor=actor,
         source=source,
         data={"note": note},
@@ -88,8 +90,7 @@ def reap_stale(*, older_than, limit=500):
     """Settle running runs whose heartbeat is older than `older_than` (a timedelta) as
     failed / worker_lost (retryable). Staleness is re-checked inside each UPDATE, so a
     heartbeat landing at the same moment wins. Returns the ids it settled."""
-    cutoff = queries.stale_before(older_than)
-    stale = Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True)
+    stale = rules.silent(older_than)
     candidates = Run.objects.filter(stale, status__in=ALLOWED_FROM["reap"])
     reaped = []
     for run_id in candidates.values_list("pk", flat=True)[:limit]:

@@ -11,6 +11,7 @@ that it retires the run (`force_cancel`), whose late settle then loses and is tr
 from django.db.models import Q
 from django.db.models.functions import Now
 
+from runs import messages
 from runs.transitions._guard import E, guarded
 
 
@@ -27,5 +28,6 @@ def escalate_cancel(run_id, *, by="watchdog", grace_s=None):
         source="watchdog",
         data={"action": "hard stop asked", **({"grace_s": grace_s} if grace_s is not None else {})},
         cancel_escalated_at=Now(),
+        to_worker=messages.hard_stop,
     )
     return run is not None

@@ -3,7 +3,7 @@
 from django.db import transaction
 from django.db.models.functions import Now
 
-from runs import events
+from runs import events, rules
 from runs.models import Run, RunInput
 from runs.transitions._guard import E, actor_name, parse_id
 from runs.transitions.lifecycle import create_run
@@ -15,12 +15,7 @@ def retry(run_id, *, by=None, source=Run.CancelSource.USER):
     run_id = parse_id(run_id)
     if run_id is None:
         return None
-    once = Run.objects.filter(
-        pk=run_id,
-        status__in=Run.TERMINAL,
-        termination_reason__in=Run.RETRYABLE,
-        retried_at__isnull=True,
-    )
+    once = Run.objects.filter(rules.RETRYABLE, pk=run_id)
     with transaction.atomic():
         if not once.update(retried_at=Now()):
             return None

@@ -42,7 +42,6 @@ def commit_step(run_id, *, worker, index, kind, text="", tool_calls=(), tokens_i
             steps=F("steps") + 1,
             tool_calls=F("tool_calls") + len(tool_calls),
             **spend,
-            last_progress_at=Now(),
             heartbeat_at=Now(),  # a holder that commits is alive: it counts as a beat
         ):
             return None

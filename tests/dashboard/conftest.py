@@ -2,7 +2,6 @@ import pytest
 from django.contrib.auth.models import Permission, User
 from django.test import Client
 
-from runs import transitions
 
 ORIGIN = [(b"origin", b"http://127.0.0.1"), (b"host", b"127.0.0.1")]
 
@@ -53,12 +52,3 @@ def session_headers(user):
     return [*ORIGIN, (b"cookie", cookie)]
 
 
-@pytest.fixture
-def running(db):
-    def make(title="a run", worker="w1", **kwargs):
-        run = transitions.create_run(agent=kwargs.pop("agent", "scripted"), title=title, **kwargs)
-        assert transitions.claim(run.id, worker=worker)
-        run.refresh_from_db()
-        return run
-
-    return make

@@ -12,6 +12,7 @@ from dashboard import consumers, runview
 from dashboard.asgi import application
 from runs import groups, transitions
 from runs.models import Run
+from tests.conftest import claim_new_run
 from tests.dashboard.conftest import ORIGIN, session_headers
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
@@ -52,16 +53,13 @@ async def frame_with(ws, needle, timeout=TIMEOUT):
 
 
 create_run = database_sync_to_async(transitions.create_run)
-claim = database_sync_to_async(transitions.claim)
 request_cancel = database_sync_to_async(transitions.request_cancel)
 settle = database_sync_to_async(transitions.settle)
 commit_step = database_sync_to_async(transitions.commit_step)
 
 
 async def running_run(title="live one"):
-    run = await create_run(agent="scripted", title=title)
-    assert await claim(run.id, worker="w1")
-    return run
+    return await database_sync_to_async(claim_new_run)(title=title)
 
 
 async def progress(run, step, offset, text, **extra):
@@ -197,19 +195,23 @@ async def test_deltas_are_appended_escaped_without_duplicates(operator):
     await ws.disconnect()
 
 
-async def test_a_gap_asks_the_worker_to_resync_and_the_answer_replaces_the_block(operator):
+async def test_a_gap_asks_the_worker_to_resync_and_the_answer_replaces_the_block(operator, monkeypatch):
+    # Unthrottled: the resync every viewer sends on connect must not hide the gap's own.
+    monkeypatch.setattr(consumers, "RESYNC_EVERY_S", 0.0)
     run = await running_run()
     layer = get_channel_layer()
     control = await layer.new_channel()
     await layer.group_add(groups.control(run.id), control)
     ws = await connected(f"/ws/runs/{run.id}/", operator)
     # Every new viewer asks once for the in-flight text.
-    asked = await asyncio.wait_for(layer.receive(control), TIMEOUT)
-    assert asked["type"] == "run.resync" and asked["reply_channel"]
+    on_connect = await asyncio.wait_for(layer.receive(control), TIMEOUT)
+    assert on_connect["type"] == "run.resync"
     await progress(run, 0, 0, "abc")
     await frame_with(ws, "abc")
     await progress(run, 0, 10, "lost the middle")  # offset 10 > 3 shown: a gap
-    await ws.receive_nothing(timeout=0.2)
+    asked = await asyncio.wait_for(layer.receive(control), TIMEOUT)  # the gap's own request
+    assert asked["type"] == "run.resync" and asked["reply_channel"] == on_connect["reply_channel"]
+    assert await ws.receive_nothing(timeout=0.05)  # handled already: the gap's text is not shown
     # The worker answers the viewer's own channel with the whole text.
     await layer.send(asked["reply_channel"], {"type": "run.progress", "run_id": str(run.id), "step": 0, "offset": 0,
                                               "text": "abcdefghijlost the middle", "resync": True})
@@ -235,11 +237,11 @@ async def test_a_reconnect_resumes_from_the_browsers_offset(operator):
 async def test_tool_wave_is_shown_while_in_flight(operator):
     run = await running_run()
     ws = await connected(f"/ws/runs/{run.id}/", operator)
-    await progress(run, 0, 0, "let me look", tools=[{"id": "1", "name": "search", "state": "running"},
-                                                    {"id": "2", "name": "<fetch>", "state": "done"}])
+    await progress(run, 0, 0, "let me look", tools=[{"id": "1", "name": "search", "state": "started"},
+                                                    {"id": "2", "name": "<fetch>", "state": "finished"}])
     text = await frame_with(ws, 'id="inflight-tools"')
-    assert "<code>search</code> <span class=\"tool-state\">running</span>" in text
-    assert "<code>&lt;fetch&gt;</code> <span class=\"tool-state\">done</span>" in text
+    assert "<code>search</code> <span class=\"tool-state\">started</span>" in text
+    assert "<code>&lt;fetch&gt;</code> <span class=\"tool-state\">finished</span>" in text
     await ws.disconnect()
 
 

@@ -1,5 +1,7 @@
 """Triage, bulk preview/confirm, audit (and CSV), overview and /metrics."""
 
+import csv
+import io
 from datetime import timedelta
 
 import pytest
@@ -26,10 +28,10 @@ def test_pages_need_login_and_view_permission(name, stranger):
     assert client.get(url).status_code == 403
 
 
-def test_triage_shows_each_section_with_counts(op_client, running):
-    lost = running(title="lost worker")
+def test_triage_shows_each_section_with_counts(op_client, running_run):
+    lost = running_run(title="lost worker")
     stale(lost)
-    running(title="healthy")
+    running_run(title="healthy")
     page = op_client.get(reverse("dashboard:triage"))
     html = page.content.decode()
     assert page.status_code == 200
@@ -39,24 +41,24 @@ def test_triage_shows_each_section_with_counts(op_client, running):
     assert "Retire all 1" in stuck
 
 
-def test_triage_counts_stop_at_the_cap(op_client, running, monkeypatch):
+def test_triage_counts_stop_at_the_cap(op_client, running_run, monkeypatch):
     from dashboard.views import ops
 
     monkeypatch.setattr(ops, "COUNT_CAP", 2)
     for i in range(3):
-        stale(running(title=f"lost {i}"))
+        stale(running_run(title=f"lost {i}"))
     stuck = op_client.get(reverse("dashboard:triage")).content.decode().split('data-testid="triage-stuck"')[1]
     assert '<span class="n" data-testid="count">2+</span>' in stuck.split("</section>")[0]
 
 
-def test_watcher_sees_triage_without_bulk_controls(watcher_client, running):
-    stale(running(title="lost"))
+def test_watcher_sees_triage_without_bulk_controls(watcher_client, running_run):
+    stale(running_run(title="lost"))
     html = watcher_client.get(reverse("dashboard:triage")).content.decode()
     assert "lost" in html and "Retire all" not in html
 
 
-def test_bulk_preview_counts_then_confirm_retires_through_transitions(op_client, running):
-    runs = [running(title=f"lost {i}") for i in range(3)]
+def test_bulk_preview_counts_then_confirm_retires_through_transitions(op_client, running_run):
+    runs = [running_run(title=f"lost {i}") for i in range(3)]
     for run in runs:
         stale(run)
     url = reverse("dashboard:bulk_preview")
@@ -74,8 +76,8 @@ def test_bulk_preview_counts_then_confirm_retires_through_transitions(op_client,
     assert retired.count() == 2 and {e.actor for e in retired} == {"operator"}
 
 
-def test_bulk_by_list_filter_and_by_selection(op_client, running, db):
-    a, b = running(agent="alpha"), running(agent="beta")
+def test_bulk_by_list_filter_and_by_selection(op_client, running_run, db):
+    a, b = running_run(agent="alpha"), running_run(agent="beta")
     url = reverse("dashboard:bulk_preview")
     html = op_client.get(url, {"action": "cancel", "agent": "alpha"}).content.decode()
     assert '<b data-testid="bulk-count">1</b>' in html
@@ -85,33 +87,44 @@ def test_bulk_by_list_filter_and_by_selection(op_client, running, db):
     assert Run.objects.get(pk=b.id).is_cancelling
 
 
-def test_bulk_needs_cancel_permission(watcher_client, running):
-    run = running()
+def test_bulk_needs_cancel_permission(watcher_client, running_run):
+    run = running_run()
     response = watcher_client.post(reverse("dashboard:bulk_preview"), {"action": "retire", "run": [str(run.id)]})
     assert response.status_code == 403
     assert Run.objects.get(pk=run.id).status == "running"
 
 
-def test_bulk_unknown_action_redirects_without_change(op_client, running):
-    run = running()
+def test_bulk_unknown_action_redirects_without_change(op_client, running_run):
+    run = running_run()
     response = op_client.post(reverse("dashboard:bulk_preview"), {"action": "explode", "run": [str(run.id)]})
     assert response.status_code == 302 and Run.objects.get(pk=run.id).status == "running"
 
 
-def test_audit_lists_actions_filters_and_exports_csv(op_client, running):
-    run = running(title="noisy")
+def test_audit_lists_actions_filters_and_exports_csv(op_client, running_run):
+    run = running_run(title="noisy")
     transitions.request_cancel(run.id, by="alice", source="cli", note="too chatty")
-    other = running(title="quiet")
+    other = running_run(title="quiet")
     transitions.force_cancel(other.id, by="bob", note="gone")
     html = op_client.get(reverse("dashboard:audit"), {"source": "cli"}).content.decode()
     assert "too chatty" in html and "alice" in html and "gone" not in html
-    csv = b"".join(op_client.get(reverse("dashboard:audit_csv")).streaming_content).decode()
-    assert csv.splitlines()[0] == "at,actor,where,action,run_id,run_title,note"
-    assert "alice,CLI,cancel requested" in csv and "bob,browser,retired" in csv
+    export = b"".join(op_client.get(reverse("dashboard:audit_csv")).streaming_content).decode()
+    assert export.splitlines()[0] == "at,actor,where,action,run_id,run_title,note"
+    assert "alice,CLI,cancel requested" in export and "bob,browser,retired" in export
 
 
-def test_overview_renders_charts_with_numbers(op_client, running):
-    run = running()
+@pytest.mark.parametrize("start", ["=", "+", "-", "@", "\t", "\r"])
+def test_the_audit_export_quotes_every_cell_a_spreadsheet_would_run(op_client, running_run, start):
+    run = running_run(title=f'{start}HYPERLINK("http://evil")')
+    transitions.request_cancel(run.id, by="alice", note=f"{start}1+cmd")
+    body = b"".join(op_client.get(reverse("dashboard:audit_csv")).streaming_content).decode()
+    reader = csv.DictReader(io.StringIO(body, newline=""))
+    (row,) = list(reader)
+    assert reader.fieldnames == ["at", "actor", "where", "action", "run_id", "run_title", "note"]
+    assert (row["run_title"], row["note"]) == (f"'{start}HYPERLINK(\"http://evil\")", f"'{start}1+cmd")
+
+
+def test_overview_renders_charts_with_numbers(op_client, running_run):
+    run = running_run()
     transitions.settle(run.id, status="failed", reason="provider_failed", worker="w1")
     html = op_client.get(reverse("dashboard:overview")).content.decode()
     assert html.count("<svg") == 4
@@ -119,8 +132,8 @@ def test_overview_renders_charts_with_numbers(op_client, running):
     assert '<rect class="s-failed"' in html  # the hour's stacked bar has a failed segment
 
 
-def test_metrics_needs_token_or_allowlisted_address(settings, running):
-    running()
+def test_metrics_needs_token_or_allowlisted_address(settings, running_run):
+    running_run()
     settings.RUNWARDEN_METRICS_TOKEN = "s3cret"
     settings.RUNWARDEN_METRICS_ALLOW = []
     client = Client(REMOTE_ADDR="10.1.2.3")
@@ -156,8 +169,8 @@ def test_metrics_through_a_same_host_proxy_needs_the_token(settings, db, header)
     assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer s3cret", **header).status_code == 200
 
 
-def test_list_offers_bulk_by_filter_only_when_filtered(op_client, running):
-    running(agent="alpha")
+def test_list_offers_bulk_by_filter_only_when_filtered(op_client, running_run):
+    running_run(agent="alpha")
     assert "every run matching the filters" not in op_client.get("/").content.decode()
     html = op_client.get("/", {"agent": "alpha"}).content.decode()
     assert f'{reverse("dashboard:bulk_preview")}?action=retire&amp;agent=alpha' in html
@@ -173,8 +186,8 @@ def test_list_offers_bulk_by_filter_only_when_filtered(op_client, running):
     ("dashboard:list", {"q": "nul\x00byte", "agent": "\x00", "before": "\x00"}),
     ("dashboard:triage", {"section": "nope"}),
 ])
-def test_hostile_queries_never_500_and_change_nothing(op_client, running, url, query):
-    run = running()
+def test_hostile_queries_never_500_and_change_nothing(op_client, running_run, url, query):
+    run = running_run()
     response = op_client.get(reverse(url), query)
     if response.streaming:
         b"".join(response.streaming_content)  # a streamed body fails while it streams, not before
@@ -182,8 +195,8 @@ def test_hostile_queries_never_500_and_change_nothing(op_client, running, url, q
     assert Run.objects.get(pk=run.id).status == "running" and not Run.objects.get(pk=run.id).is_cancelling
 
 
-def test_nul_bytes_in_a_form_are_refused_before_any_change(op_client, running):
-    run = running()
+def test_nul_bytes_in_a_form_are_refused_before_any_change(op_client, running_run):
+    run = running_run()
     response = op_client.post(reverse("dashboard:cancel", args=[run.id]), {"note": "stop\x00now"})
     assert response.status_code == 400
     assert not Run.objects.get(pk=run.id).is_cancelling

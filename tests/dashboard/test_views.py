@@ -53,9 +53,9 @@ def test_body_carries_the_csrf_token_for_htmx(op_client):
 # --- the list -----------------------------------------------------------------------------
 
 
-def test_list_shows_runs_newest_first_with_status_reason_and_totals(op_client, make_run, running):
+def test_list_shows_runs_newest_first_with_status_reason_and_totals(op_client, make_run, running_run):
     old = make_run(title="older")
-    new = running(title="newer")
+    new = running_run(title="newer")
     transitions.request_cancel(old.id, by="someone")
     html = op_client.get("/").content.decode()
     assert row_ids(op_client.get("/")) == [str(new.id), str(old.id)]
@@ -64,8 +64,8 @@ def test_list_shows_runs_newest_first_with_status_reason_and_totals(op_client, m
     assert "ws-connect=\"/ws/runs/?" in html
 
 
-def test_list_marks_a_cancelling_run(op_client, running):
-    run = running()
+def test_list_marks_a_cancelling_run(op_client, running_run):
+    run = running_run()
     transitions.request_cancel(run.id, by="op")
     html = op_client.get("/").content.decode()
     row = html[html.index(f'data-run-id="{run.id}"'):]
@@ -84,17 +84,17 @@ def test_list_marks_a_cancelling_run(op_client, running):
         ("stuck=1", {"stuck"}),
     ],
 )
-def test_list_filters(op_client, make_run, running, query, expected):
+def test_list_filters(op_client, make_run, running_run, query, expected):
     named = {}
     named["queued"] = make_run(title="queued")
-    named["live"] = running(title="live")
+    named["live"] = running_run(title="live")
     named["needle"] = make_run(title="has a needle in it")
     named["other"] = make_run(title="other agent", agent="other")
-    named["failed"] = running(title="failed")
+    named["failed"] = running_run(title="failed")
     transitions.settle(named["failed"].id, status="failed", reason="provider_failed", worker="w1")
-    named["cancelling"] = running(title="cancelling")
+    named["cancelling"] = running_run(title="cancelling")
     transitions.request_cancel(named["cancelling"].id, by="op")
-    named["stuck"] = running(title="stuck")
+    named["stuck"] = running_run(title="stuck")
     Run.objects.filter(pk=named["stuck"].pk).update(heartbeat_at=timezone.now() - timedelta(hours=1))
     # Only the "live" run is running without a cancel or a stale heartbeat... except for
     # the status filter, which is about status alone.
@@ -121,8 +121,8 @@ def test_keyset_pagination_walks_every_run_once(op_client, make_run, monkeypatch
     assert seen == [str(run.id) for run in reversed(made)]
 
 
-def test_counts_per_status(op_client, make_run, running):
-    make_run(), make_run(), running()
+def test_counts_per_status(op_client, make_run, running_run):
+    make_run(), make_run(), running_run()
     html = op_client.get("/").content.decode()
     assert re.search(r"queued <b>2</b>", html)
     assert re.search(r"running <b>1</b>", html)
@@ -140,8 +140,8 @@ def test_titles_are_escaped(op_client, make_run):
 # --- the detail page ----------------------------------------------------------------------
 
 
-def test_detail_shows_steps_tool_results_timeline_and_inputs(op_client, running):
-    run = running(title="detailed")
+def test_detail_shows_steps_tool_results_timeline_and_inputs(op_client, running_run):
+    run = running_run(title="detailed")
     transitions.commit_step(run.id, worker="w1", index=0, kind="message", text="first thoughts")
     transitions.commit_step(
         run.id, worker="w1", index=1, kind="tool_calls", text="calling",
@@ -161,8 +161,8 @@ def test_detail_of_unknown_run_is_404(op_client):
     assert op_client.get("/runs/00000000-0000-0000-0000-000000000000/").status_code == 404
 
 
-def test_buttons_follow_the_run_and_the_permission(op_client, watcher_client, running, make_run):
-    run = running()
+def test_buttons_follow_the_run_and_the_permission(op_client, watcher_client, running_run, make_run):
+    run = running_run()
     assert 'data-testid="abort-button"' in op_client.get(f"/runs/{run.id}/").content.decode()
     watcher_html = watcher_client.get(f"/runs/{run.id}/").content.decode()
     assert 'data-testid="abort-button"' not in watcher_html and "Read-only" in watcher_html
@@ -172,8 +172,8 @@ def test_buttons_follow_the_run_and_the_permission(op_client, watcher_client, ru
     assert 'data-testid="retry-button"' not in watcher_client.get(f"/runs/{run.id}/").content.decode()
 
 
-def test_retire_is_offered_for_a_stuck_run_only(op_client, running):
-    run = running()
+def test_retire_is_offered_for_a_stuck_run_only(op_client, running_run):
+    run = running_run()
     assert 'data-testid="retire-button"' not in op_client.get(f"/runs/{run.id}/").content.decode()
     Run.objects.filter(pk=run.pk).update(heartbeat_at=timezone.now() - timedelta(hours=1))
     html = op_client.get(f"/runs/{run.id}/").content.decode()
@@ -183,8 +183,8 @@ def test_retire_is_offered_for_a_stuck_run_only(op_client, running):
 # --- POST /runs/<uuid>/cancel: every answer ---------------------------------------------------
 
 
-def test_cancel_of_a_running_run_is_202_requested(op_client, running):
-    run = running()
+def test_cancel_of_a_running_run_is_202_requested(op_client, running_run):
+    run = running_run()
     response = op_client.post(f"/runs/{run.id}/cancel", {"note": "stop it"}, **HX)
     assert response.status_code == 202
     html = response.content.decode()
@@ -195,8 +195,8 @@ def test_cancel_of_a_running_run_is_202_requested(op_client, running):
     assert (run.cancel_requested_by, run.cancel_source, run.cancel_note) == ("operator", "user", "stop it")
 
 
-def test_cancel_twice_is_202_already_requested(op_client, running):
-    run = running()
+def test_cancel_twice_is_202_already_requested(op_client, running_run):
+    run = running_run()
     op_client.post(f"/runs/{run.id}/cancel", **HX)
     response = op_client.post(f"/runs/{run.id}/cancel", **HX)
     assert response.status_code == 202
@@ -212,8 +212,8 @@ def test_cancel_of_a_queued_run_is_200_settled(op_client, make_run):
     assert run.status == "cancelled"
 
 
-def test_cancel_of_an_ended_run_is_409(op_client, running):
-    run = running()
+def test_cancel_of_an_ended_run_is_409(op_client, running_run):
+    run = running_run()
     transitions.settle(run.id, status="completed", reason="completed", worker="w1")
     response = op_client.post(f"/runs/{run.id}/cancel", **HX)
     assert response.status_code == 409
@@ -228,8 +228,8 @@ def test_cancel_of_an_unknown_run_is_404(op_client):
     assert "No such run" in response.content.decode()
 
 
-def test_cancel_without_permission_is_403_and_changes_nothing(watcher_client, running):
-    run = running()
+def test_cancel_without_permission_is_403_and_changes_nothing(watcher_client, running_run):
+    run = running_run()
     for headers in (HX, {}):
         response = watcher_client.post(f"/runs/{run.id}/cancel", **headers)
         assert response.status_code == 403
@@ -237,16 +237,16 @@ def test_cancel_without_permission_is_403_and_changes_nothing(watcher_client, ru
     assert run.cancel_requested_at is None
 
 
-def test_cancel_anonymous_is_sent_to_login(client, running):
-    run = running()
+def test_cancel_anonymous_is_sent_to_login(client, running_run):
+    run = running_run()
     response = client.post(f"/runs/{run.id}/cancel")
     assert response.status_code == 302 and response["Location"].startswith("/accounts/login/")
     run.refresh_from_db()
     assert run.cancel_requested_at is None
 
 
-def test_cancel_needs_post_and_a_csrf_token(operator, running):
-    run = running()
+def test_cancel_needs_post_and_a_csrf_token(operator, running_run):
+    run = running_run()
     client = Client(enforce_csrf_checks=True)
     client.force_login(operator)
     assert client.get(f"/runs/{run.id}/cancel").status_code == 405
@@ -257,8 +257,8 @@ def test_cancel_needs_post_and_a_csrf_token(operator, running):
     assert client.post(f"/runs/{run.id}/cancel", HTTP_X_CSRFTOKEN=token, **HX).status_code == 202
 
 
-def test_cancel_without_htmx_redirects_to_the_run_with_the_message(op_client, running):
-    run = running()
+def test_cancel_without_htmx_redirects_to_the_run_with_the_message(op_client, running_run):
+    run = running_run()
     response = op_client.post(f"/runs/{run.id}/cancel", follow=True)
     assert response.redirect_chain == [(f"/runs/{run.id}/", 302)]
     assert "Cancel requested" in response.content.decode()
@@ -267,8 +267,8 @@ def test_cancel_without_htmx_redirects_to_the_run_with_the_message(op_client, ru
 # --- the other actions ---------------------------------------------------------------------
 
 
-def test_retire_settles_cancelled_then_409(op_client, running):
-    run = running()
+def test_retire_settles_cancelled_then_409(op_client, running_run):
+    run = running_run()
     response = op_client.post(f"/runs/{run.id}/retire", {"note": "worker gone"}, **HX)
     assert response.status_code == 200 and "Retired" in response.content.decode()
     run.refresh_from_db()
@@ -276,8 +276,8 @@ def test_retire_settles_cancelled_then_409(op_client, running):
     assert op_client.post(f"/runs/{run.id}/retire", **HX).status_code == 409
 
 
-def test_retry_queues_a_linked_run_once(op_client, running):
-    run = running()
+def test_retry_queues_a_linked_run_once(op_client, running_run):
+    run = running_run()
     transitions.settle(run.id, status="failed", reason="provider_failed", worker="w1")
     response = op_client.post(f"/runs/{run.id}/retry", **HX)
     assert response.status_code == 201
@@ -287,8 +287,8 @@ def test_retry_queues_a_linked_run_once(op_client, running):
 
 
 @pytest.mark.parametrize("decision, approved", [("approve", True), ("deny", False)])
-def test_approve_or_deny_a_waiting_run(op_client, running, decision, approved):
-    run = running()
+def test_approve_or_deny_a_waiting_run(op_client, running_run, decision, approved):
+    run = running_run()
     assert transitions.suspend(run.id, worker="w1", status="waiting_for_approval", request={"tool": "rm"})
     assert 'data-testid="approve-button"' in op_client.get(f"/runs/{run.id}/").content.decode()
     response = op_client.post(f"/runs/{run.id}/approve", {"decision": decision}, **HX)
@@ -308,8 +308,8 @@ def test_a_released_wait_shows_its_ask_and_deadline_not_stuck_nor_its_resume_sta
     assert Run.objects.get(pk=run.id).status == "queued"  # for the next free worker
 
 
-def test_send_input_to_a_waiting_run(op_client, running):
-    run = running()
+def test_send_input_to_a_waiting_run(op_client, running_run):
+    run = running_run()
     assert transitions.suspend(run.id, worker="w1", status="waiting_for_input", request={"prompt": "which one?"})
     html = op_client.get(f"/runs/{run.id}/").content.decode()
     assert "which one?" in html and 'data-testid="send-input-button"' in html
@@ -320,13 +320,13 @@ def test_send_input_to_a_waiting_run(op_client, running):
 
 
 @pytest.mark.parametrize("action", ["retire", "retry", "approve", "input"])
-def test_other_actions_are_403_without_permission(watcher_client, running, action):
-    run = running()
+def test_other_actions_are_403_without_permission(watcher_client, running_run, action):
+    run = running_run()
     assert watcher_client.post(f"/runs/{run.id}/{action}", **HX).status_code == 403
 
 
-def test_bulk_abort_reports_what_it_did(op_client, make_run, running, watcher_client):
-    queued, live, done = make_run(), running(), running()
+def test_bulk_abort_reports_what_it_did(op_client, make_run, running_run, watcher_client):
+    queued, live, done = make_run(), running_run(), running_run()
     transitions.settle(done.id, status="completed", reason="completed", worker="w1")
     ids = [str(queued.id), str(live.id), str(done.id)]
     assert watcher_client.post("/runs/bulk", {"action": "cancel", "run": ids}).status_code == 403
@@ -337,9 +337,9 @@ def test_bulk_abort_reports_what_it_did(op_client, make_run, running, watcher_cl
     assert Run.objects.get(pk=live.pk).is_cancelling
 
 
-def test_retire_is_offered_when_a_cancel_is_not_honoured(op_client, running, settings):
+def test_retire_is_offered_when_a_cancel_is_not_honoured(op_client, running_run, settings):
     settings.RUNWARDEN_CANCEL_GRACE_S = 30
-    run = running()
+    run = running_run()
     transitions.request_cancel(run.id, by="op")
     assert 'data-testid="retire-button"' not in op_client.get(f"/runs/{run.id}/").content.decode()
     Run.objects.filter(pk=run.pk).update(cancel_requested_at=timezone.now() - timedelta(minutes=1))
@@ -367,11 +367,11 @@ def test_list_catch_up_resends_what_changed_or_the_first_page_after_a_long_gap(m
     assert listing.changed_since(cursor, listing.Filters(), False) == []
 
 
-def test_heartbeat_cells_never_flag_a_released_wait_stuck_in_one_query(released_in, running, django_assert_num_queries):
+def test_heartbeat_cells_never_flag_a_released_wait_stuck_in_one_query(released_in, running_run, django_assert_num_queries):
     from dashboard import runview
 
     waits = [released_in() for _ in range(3)]
-    lost = running()
+    lost = running_run()
     Run.objects.filter(pk=lost.id).update(heartbeat_at=timezone.now() - timedelta(hours=1))
     runview._heartbeats["at"] = 0.0  # no memo from another test
     with django_assert_num_queries(1):  # `worker` is loaded with the rows, not per row

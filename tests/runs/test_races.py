@@ -15,6 +15,7 @@ from django.utils import timezone
 from runs import transitions
 from runs.models import Run, RunEvent, RunInput
 from runs.transitions import CancelOutcome
+from tests.conftest import claim_new_run
 
 THREADS = 8
 RUNS = 100
@@ -55,10 +56,7 @@ def by_run(results):
 @pytest.fixture
 def running_runs(postgres):
     def make(n=RUNS, worker="w1"):
-        runs = [transitions.create_run(agent="scripted", title=f"race {i}") for i in range(n)]
-        for run in runs:
-            assert transitions.claim(run.id, worker=worker)
-        return runs
+        return [claim_new_run(worker=worker, title=f"race {i}") for i in range(n)]
 
     return make
 

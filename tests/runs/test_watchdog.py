@@ -62,7 +62,7 @@ def test_deadline_ends_a_queued_run_cancelled_by_the_watchdog(make_run):
     assert watchdog.sweep().deadline_cancelled == [run.id]
     row = Run.objects.get(pk=run.id)
     assert (row.status, row.termination_reason) == ("cancelled", "cancelled")
-    assert (row.cancel_source, row.cancel_note) == ("watchdog", "deadline exceeded")
+    assert (row.cancel_source, row.cancel_note) == ("watchdog", "deadline passed")
 
 
 def test_deadline_asks_a_running_run_to_stop_and_it_ends_cancelled_not_failed(running_run):

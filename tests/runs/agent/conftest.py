@@ -9,11 +9,12 @@ from channels.layers import get_channel_layer
 from runs import transitions
 from runs.agent.breaker import Breakers
 from runs.agent.config import EngineConfig
-from runs.agent.db import DbPool
+from runs.agent.db_pool import DbPool
 from runs.agent.fastpath import FastPath
 from runs.agent.loop import Stats
 from runs.agent.runner import WorkerContext
 from runs.models import Run, RunEvent, Step
+from tests.conftest import claim_new_run
 
 WORKER = "w-test"
 
@@ -46,13 +47,8 @@ def ctx(pool, config):
 def claimed(pool):
     """`await claimed(script=[...], **limits)`: a queued scripted run claimed by WORKER."""
 
-    async def make(script=(), agent="scripted", worker=WORKER, **kwargs):
-        def create():
-            run = transitions.create_run(agent=agent, title="t", input={"script": list(script)}, **kwargs)
-            assert transitions.claim(run.id, worker=worker)
-            return Run.objects.get(pk=run.id)
-
-        return await pool.call(create)
+    async def make(script=(), worker=WORKER, **kwargs):
+        return await pool.call(lambda: claim_new_run(worker=worker, title="t", input={"script": list(script)}, **kwargs))
 
     return make
 

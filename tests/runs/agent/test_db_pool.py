@@ -10,8 +10,8 @@ from asgiref.sync import async_to_sync
 from django.db import OperationalError, ProgrammingError, connection, transaction
 
 from runs import transitions
-from runs.agent import db
-from runs.agent.db import DbPool, retry_safe
+from runs.agent import db_pool
+from runs.agent.db_pool import DbPool, retry_safe
 
 pytestmark = pytest.mark.asyncio
 
@@ -146,13 +146,13 @@ async def test_an_error_the_database_answered_is_not_repeated(pg_pool):
 
 
 async def test_an_outage_logs_one_warning_down_a_count_while_down_and_one_on_recovery(caplog, monkeypatch):
-    outage = db.Outage("rw-db-x")
-    caplog.set_level("DEBUG", logger="runs.agent.db")
+    outage = db_pool.Outage("rw-db-x")
+    caplog.set_level("DEBUG", logger="runs.agent.db_pool")
     outage.answered()  # healthy: nothing to say
     for _ in range(50):
         outage.failed(OperationalError("connection refused\n\tIs the server running?"))
     assert outage.active
-    monkeypatch.setattr(db, "OUTAGE_REPORT_S", 0.0)  # the next failure is due a count
+    monkeypatch.setattr(db_pool, "OUTAGE_REPORT_S", 0.0)  # the next failure is due a count
     outage.failed(OperationalError("connection refused"))
     outage.answered()
     outage.answered()

@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from runs import transitions
-from runs.agent.db import DbPool
+from runs.agent.db_pool import DbPool
 from runs.agent.fastpath import FastPath
 from runs.agent.worker import Worker
 from runs.models import Run

@@ -9,7 +9,7 @@ import pytest
 
 from runs.agent import holding
 from runs.agent.cancel import Cancelled, CancelSignal
-from runs.agent.db import DatabaseUnavailable
+from runs.agent.db_pool import DatabaseUnavailable
 
 pytestmark = pytest.mark.asyncio
 

@@ -56,7 +56,7 @@ async def test_cancel_leaves_the_breaker_alone_while_failures_open_it(ctx, claim
     for _ in range(ctx.config.breaker_threshold + 1):
         ctx.provider_for = lambda run: Probe([(TEXT, {})], on_stream=fire_then_hang)
         assert (await asyncio.wait_for(execute(await claimed(), signal=signal, ctx=ctx), 10)).status == "cancelled"
-    assert (breaker.failures, breaker.is_open) == (0, False)
+    assert (breaker.failures, breaker.opened_at) == (0, None)
     assert (ctx.stats.provider_failures, ctx.stats.stream_failures) == (0, 0)
 
     async def broken(probe, index, i=0):
@@ -66,7 +66,7 @@ async def test_cancel_leaves_the_breaker_alone_while_failures_open_it(ctx, claim
     for _ in range(ctx.config.breaker_threshold):
         ctx.provider_for = lambda run: Probe([(TEXT, {})], on_stream=broken, on_complete=broken)
         assert (await asyncio.wait_for(execute(await claimed(), signal=signal, ctx=ctx), 10)).reason == "provider_failed"
-    assert breaker.is_open
+    assert breaker.opened_at is not None
     # Open: the next run fails fast without calling the provider.
     probe = Probe([(TEXT, {})])
     ctx.provider_for = lambda run: probe
@@ -170,7 +170,7 @@ async def test_a_slow_tool_times_out_into_an_error_result_and_the_run_goes_on(ct
     assert "result" not in slow and "result" not in unknown
 
 
-async def test_a_passed_deadline_cancels_the_run_as_the_watchdog(ctx, claimed, fetch):
+async def test_a_passed_deadline_is_cancelled_by_the_runs_own_worker_with_the_watchdogs_note(ctx, claimed, fetch):
     from datetime import timedelta
 
     from django.utils import timezone
@@ -178,8 +178,31 @@ async def test_a_passed_deadline_cancels_the_run_as_the_watchdog(ctx, claimed, f
     run = await claimed(script=[say(400, 10)], deadline=timezone.now() + timedelta(milliseconds=200))
     await asyncio.wait_for(execute(run, signal=CancelSignal(), ctx=ctx), 5)
     row, *_ = await fetch(run.id)
-    assert (row.status, row.termination_reason, row.cancel_source) == ("cancelled", "cancelled", "watchdog")
-    assert row.cancel_note == "deadline passed"
+    assert (row.status, row.termination_reason, row.cancel_source) == ("cancelled", "cancelled", "worker")
+    assert (row.cancel_requested_by, row.cancel_note) == (ctx.worker_id, "deadline passed")
+
+
+async def test_a_worker_whose_clock_runs_ahead_does_not_cancel_before_the_database_says_so(
+    ctx, claimed, fetch, monkeypatch
+):
+    from datetime import timedelta
+    from types import SimpleNamespace
+
+    from django.utils import timezone
+
+    from runs import watchdog
+    from runs.agent import heartbeats
+
+    real = timezone.now
+    # The worker's clock is two hours ahead: by it, the deadline an hour away has passed.
+    monkeypatch.setattr(heartbeats, "timezone", SimpleNamespace(now=lambda: real() + timedelta(hours=2)))
+    asked, rule = [], watchdog.cancel_past_deadline
+    monkeypatch.setattr(watchdog, "cancel_past_deadline", lambda *a, **k: asked.append(a) or rule(*a, **k))
+    run = await claimed(script=[say(30, 10)], deadline=real() + timedelta(hours=1))  # ~0.3 s of work
+    await asyncio.wait_for(execute(run, signal=CancelSignal(), ctx=ctx), 5)
+    row, *_ = await fetch(run.id)
+    assert asked  # the worker did ask; the database's clock said no
+    assert (row.status, row.cancel_requested_at) == ("completed", None)
 
 
 async def test_an_open_breaker_half_opens_after_its_reset_time():
@@ -188,13 +211,13 @@ async def test_an_open_breaker_half_opens_after_its_reset_time():
     now = [0.0]
     breaker = Breaker("p", threshold=2, reset_s=10, clock=lambda: now[0])
     breaker.record_failure()
-    assert breaker.allow() and not breaker.is_open
+    assert breaker.allow() and breaker.opened_at is None
     breaker.record_failure()
-    assert breaker.is_open and not breaker.allow()
+    assert breaker.opened_at is not None and not breaker.allow()
     now[0] = 10.0
     assert breaker.allow()  # half-open: a trial may go
     breaker.record_failure()  # the trial failed: open again, for another reset_s
     assert not breaker.allow()
     now[0] = 20.0
     breaker.record_success()
-    assert breaker.allow() and not breaker.is_open and breaker.failures == 0
+    assert breaker.allow() and breaker.opened_at is None and breaker.failures == 0

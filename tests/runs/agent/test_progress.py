@@ -13,6 +13,7 @@ from runs.agent.deltas import DeltaPublisher
 from runs.agent.progress import Progress
 from runs.agent.runner import execute
 from runs.models import Step
+from tests.runs.agent.conftest import say
 
 pytestmark = pytest.mark.asyncio
 
@@ -160,15 +161,38 @@ async def test_tool_states_ride_on_the_deltas():
     sink = Captured()
     progress = Progress("r1", DeltaPublisher(None, hz=1000, sink=sink))
     progress.start(0)
-    progress.tool("c1", "sleep", "running")
+    progress.tool("c1", "sleep", "started")
     await drained(progress.publisher)
-    progress.tool("c1", "sleep", "done")
+    progress.tool("c1", "sleep", "finished")
     progress.flush()
     await drained(progress.publisher)
     tools = [m["tools"] for m in sink.messages if "tools" in m]
-    assert tools[0] == [{"id": "c1", "name": "sleep", "state": "running"}]
-    assert tools[-1] == [{"id": "c1", "name": "sleep", "state": "done"}]
+    assert tools[0] == [{"id": "c1", "name": "sleep", "state": "started"}]
+    assert tools[-1] == [{"id": "c1", "name": "sleep", "state": "finished"}]
+    with pytest.raises(ValueError, match="unknown tool state 'running'"):
+        progress.tool("c1", "sleep", "running")  # the engine's old word: not on the wire any more
     await progress.close()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_the_engine_reports_tool_states_in_the_agent_apis_words(ctx, claimed, monkeypatch):
+    from runs import messages
+
+    reported, tool = [], Progress.tool
+    monkeypatch.setattr(Progress, "tool", lambda self, *a: reported.append(a[1:]) or tool(self, *a))
+    layer = get_channel_layer()
+    run = await claimed(script=[{"tools": [{"name": "echo", "args": {"x": 1}}, {"name": "no-such-tool", "args": {}}]},
+                                say(2)])
+    viewer = await layer.new_channel()
+    await layer.group_add(groups.viewers(run.id), viewer)
+    await asyncio.wait_for(execute(run, signal=CancelSignal(), ctx=ctx), 10)
+    assert reported == [("echo", "started"), ("echo", "finished"), ("no-such-tool", "started"),
+                        ("no-such-tool", "failed")]
+    # What reached the viewers before the step committed speaks the same words.
+    message = {}
+    while "tools" not in message:  # the group carries run.changed and the next step's text too
+        message = await asyncio.wait_for(layer.receive(viewer), 5)
+    assert {t["state"] for t in message["tools"]} <= set(messages.TOOL_STATES)
 
 
 async def test_a_step_sealed_before_its_commit_still_goes_out_after_the_next_step_began():

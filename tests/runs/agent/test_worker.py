@@ -50,22 +50,39 @@ async def test_worker_runs_queued_runs_with_bounded_concurrency(serve, pool):
     assert peak <= 2
     stop.set()
     await asyncio.wait_for(task, 5)
-    assert {r.status for r in await pool.call(lambda: list(Run.objects.all()))} == {"completed"}
-    assert len(runs) == 5
+    done = await pool.call(lambda: dict(Run.objects.values_list("pk", "status")))
+    assert done == {run.id: "completed" for run in runs}
 
 
-async def test_worker_claims_only_its_agents_and_never_an_external_agents_run(serve, pool):
+async def test_worker_claims_only_its_agents_and_never_an_external_agents_run(serve, pool, monkeypatch):
     external = await pool.call(lambda: transitions.create_run(agent="billing-bot", title="external"))
     scripted = await create(pool, [say(1)])
     worker, stop, task = await serve()  # default agents: the ones it has providers for
     assert await until_status(pool, scripted.id, "completed")
     stop.set()
     await asyncio.wait_for(task, 5)
+    claims = watch_claims(monkeypatch)
     await serve(agents=["openai"])  # the only worker left must not take a scripted run
     late = await create(pool, [say(1)])
-    await asyncio.sleep(0.3)  # several claim polls of the remaining worker
+    # Its first claims, the later ones surely made after `late` existed (creating it wakes
+    # the worker): none took a run.
+    seen = [await asyncio.wait_for(claims.get(), 5) for _ in range(4)]
+    assert seen == [None] * 4
     assert await until_status(pool, late.id, "queued") == "queued"
     assert await until_status(pool, external.id, "queued") == "queued"
+
+
+def watch_claims(monkeypatch):
+    """A queue of what each `claim_next` of a worker returned (it runs in a pool thread)."""
+    loop, claims, real = asyncio.get_running_loop(), asyncio.Queue(), transitions.claim_next
+
+    def claim_next(**kwargs):
+        run = real(**kwargs)
+        loop.call_soon_threadsafe(claims.put_nowait, run)
+        return run
+
+    monkeypatch.setattr(transitions, "claim_next", claim_next)
+    return claims
 
 
 async def test_shutdown_lets_short_runs_finish_and_fails_the_rest_retryably(serve, pool, config):

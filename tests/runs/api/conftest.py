@@ -5,8 +5,8 @@ import json
 import pytest
 from django.test import Client
 
-from runs import transitions
 from runs.api.auth import create_key
+from tests.conftest import claim_new_run
 
 
 class ApiClient:
@@ -70,9 +70,7 @@ def held_run(agent):
 @pytest.fixture
 def foreign_run(db):
     """A run held by a built-in worker, not by any API key."""
-    run = transitions.create_run(agent="scripted", title="engine run")
-    assert transitions.claim(run.id, worker="engine-1")
-    return str(run.id)
+    return str(claim_new_run(worker="engine-1", title="engine run").id)
 
 
 def error_code(response):

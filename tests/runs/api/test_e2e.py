@@ -27,7 +27,7 @@ from django.db import connection
 
 from runs import groups, transitions
 from runs.api.auth import create_key
-from runs.api.db import db_call
+from runs.api.db_call import db_call
 from runs.models import Run
 
 ROOT = Path(__file__).resolve().parents[3]

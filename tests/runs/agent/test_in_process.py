@@ -9,7 +9,7 @@ from channels.layers import get_channel_layer
 from django.utils import timezone
 
 from runs import groups, transitions
-from runs.agent import embedded
+from runs.agent import in_process
 from runs.models import Run
 
 
@@ -40,8 +40,8 @@ async def test_embedded_start_runs_queued_runs_and_reaps_lost_ones(settings, tmp
     channel = await layer.new_channel()
     await layer.group_add(groups.viewers(run.id), channel)
 
-    stop = embedded.start(with_demo=False)
-    assert embedded.start(with_demo=False) is stop  # once per loop
+    stop = in_process.start(with_demo=False)
+    assert in_process.start(with_demo=False) is stop  # once per loop
     try:
         await asyncio.wait_for(until(layer, channel, "settled"), 10)
         await asyncio.wait_for(until(layer, lost_channel, "reaped"), 10)
@@ -89,7 +89,7 @@ async def test_demo_runs_waiting_for_approval_do_not_block_queued_runs(settings,
         await layer.group_add(groups.viewers(run.id), channel)
     get = database_sync_to_async(lambda pk: Run.objects.get(pk=pk))
 
-    stop = embedded.start(concurrency=2, with_demo=False)
+    stop = in_process.start(concurrency=2, with_demo=False)
     try:
         settled, suspended = set(), set()
         while len(settled) < 2 or len(suspended) < 3:  # each run's own event, no polling

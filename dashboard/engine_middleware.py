@@ -1,7 +1,7 @@
 """The embedded default: agent workers and the demo feeder inside the server process.
 
 `make run` sets RUNWARDEN_EMBEDDED=1. Daphne does not speak the ASGI lifespan protocol,
-so this wrapper starts the engine (`runs.agent.embedded.start`) on the first scope it
+so this wrapper starts the engine (`runs.agent.in_process.start`) on the first scope it
 sees, i.e. on the server's own event loop: the in-memory channel layer is not safe
 across loops or threads, and this way the worker's deltas and the viewers' sockets
 share one. On shutdown (a Twisted "before shutdown" trigger) the worker is told to
@@ -13,7 +13,7 @@ import logging
 
 from django.conf import settings
 
-log = logging.getLogger("dashboard.embedded")
+log = logging.getLogger(__name__)
 
 
 class EmbeddedWorkers:
@@ -32,7 +32,7 @@ class EmbeddedWorkers:
 
     def start(self):
         try:
-            from runs.agent import embedded as engine
+            from runs.agent import in_process as engine
         except ImportError as error:  # the dashboard works without the engine
             log.warning("embedded workers not started: %s", error)
             return

@@ -12,7 +12,7 @@ def existing_keys_keep_working(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('runs', '0006_waiting_runs_release'),
+        ('runs', '0007_drop_last_progress_at'),
     ]
 
     operations = [

@@ -28,23 +28,21 @@ answers again; no line per failed call.
 
 With the in-memory channel layer (embedded in the server), the transitions' after-commit
 broadcasts (`async_to_sync(group_send)`) must run on the loop that owns its queues:
-`broadcast_loop="caller"` tells asgiref, per call as `sync_to_async` does, to use the
-loop awaiting the call. With Redis, `runs.broadcast` sends from its own publisher loop,
-off the worker's loop, and `broadcast_loop` stays None.
+`broadcast_loop="caller"` routes them, per call as `sync_to_async` does, to the loop
+awaiting the call (`runs.broadcast.route_to_loop`). With Redis, `runs.broadcast` sends
+from its own publisher loop, off the worker's loop, and `broadcast_loop` stays None.
 """
 
 import asyncio
 import logging
-import os
 import queue
 import threading
 import time
 from functools import partial
 
-from asgiref.sync import SyncToAsync
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, InterfaceError, OperationalError, connections
 
-from runs import transitions
+from runs import broadcast, transitions
 
 log = logging.getLogger(__name__)
 
@@ -135,8 +133,7 @@ class DbPool:
             loop, future, call = item
             target = loop if self._broadcast_loop == "caller" else self._broadcast_loop
             if target is not None:
-                SyncToAsync.threadlocal.main_event_loop = target
-                SyncToAsync.threadlocal.main_event_loop_pid = os.getpid()
+                broadcast.route_to_loop(target)
             try:
                 result = self._run(call)
             except BaseException as error:  # noqa: BLE001 - handed to the awaiting coroutine
