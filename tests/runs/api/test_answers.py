@@ -20,7 +20,7 @@ def waiting(agent, held_run, status="waiting_for_approval", request=APPROVAL):
 
 def test_a_denial_with_its_note_and_request_is_listed_until_acknowledged(agent, held_run):
     client, run_id = waiting(agent, held_run)
-    assert transitions.resume(run_id, by="alice", answer={"approved": False, "note": "not on prod"})
+    assert transitions.resume(run_id, expect="waiting_for_approval", by="alice", answer={"approved": False, "note": "not on prod"})
     (answer,) = client.get(f"/runs/{run_id}/inputs").json()["inputs"]
     assert (answer["kind"], answer["approved"], answer["note"], answer["by"]) == ("approval", False, "not on prod", "alice")
     assert answer["request"] == APPROVAL
@@ -33,11 +33,11 @@ def test_a_denial_with_its_note_and_request_is_listed_until_acknowledged(agent, 
 
 def test_answers_come_in_order(agent, held_run):
     client, run_id = waiting(agent, held_run, "waiting_for_input", {"prompt": "first?"})
-    assert transitions.resume(run_id, by="alice", answer={"text": "one"})
+    assert transitions.resume(run_id, expect="waiting_for_input", by="alice", answer={"text": "one"})
     first = client.get(f"/runs/{run_id}/inputs").json()["inputs"][0]
     client.post(f"/runs/{run_id}/inputs/{first['id']}/ack")
     assert client.post(f"/runs/{run_id}/suspend", {"status": "waiting_for_approval", "request": APPROVAL}).status_code == 200
-    assert transitions.resume(run_id, by="bob", answer={"approved": True})
+    assert transitions.resume(run_id, expect="waiting_for_approval", by="bob", answer={"approved": True})
     (second,) = client.get(f"/runs/{run_id}/inputs").json()["inputs"]
     assert (first["text"], second["approved"], second["request"]) == ("one", True, APPROVAL)
     assert second["id"] > first["id"]
@@ -45,7 +45,7 @@ def test_answers_come_in_order(agent, held_run):
 
 def test_the_long_poll_answers_at_once_with_an_unacknowledged_answer(agent, held_run):
     client, run_id = waiting(agent, held_run)
-    assert transitions.resume(run_id, by="alice", answer={"approved": True})
+    assert transitions.resume(run_id, expect="waiting_for_approval", by="alice", answer={"approved": True})
     response = client.get(f"/runs/{run_id}/control?wait=30")
     assert response.status_code == 200
     body = response.json()
@@ -54,7 +54,7 @@ def test_the_long_poll_answers_at_once_with_an_unacknowledged_answer(agent, held
 
 def test_steps_and_suspend_wait_for_the_ack(agent, held_run):
     client, run_id = waiting(agent, held_run)
-    assert transitions.resume(run_id, by="alice", answer={"approved": True})
+    assert transitions.resume(run_id, expect="waiting_for_approval", by="alice", answer={"approved": True})
     step = {"index": 0, "kind": "message", "text": "done"}
     assert error_code(client.post(f"/runs/{run_id}/steps", step)) == "answer_pending"
     assert error_code(client.post(f"/runs/{run_id}/suspend", {"status": "waiting_for_input"})) == "answer_pending"
@@ -65,7 +65,7 @@ def test_steps_and_suspend_wait_for_the_ack(agent, held_run):
 
 def test_a_denied_tool_call_cannot_be_committed(agent, held_run):
     client, run_id = waiting(agent, held_run)
-    assert transitions.resume(run_id, by="alice", answer={"approved": False})
+    assert transitions.resume(run_id, expect="waiting_for_approval", by="alice", answer={"approved": False})
     answer = client.get(f"/runs/{run_id}/inputs").json()["inputs"][0]
     client.post(f"/runs/{run_id}/inputs/{answer['id']}/ack")
     call = {"id": "c7", "name": "drop_table", "args": {"name": "users"}, "result": "dropped"}
@@ -77,7 +77,7 @@ def test_a_denied_tool_call_cannot_be_committed(agent, held_run):
 
 def test_another_key_neither_sees_nor_acks_the_answers(agent, other_agent, operator, held_run):
     client, run_id = waiting(agent, held_run)
-    assert transitions.resume(run_id, by="alice", answer={"approved": True})
+    assert transitions.resume(run_id, expect="waiting_for_approval", by="alice", answer={"approved": True})
     answer = client.get(f"/runs/{run_id}/inputs").json()["inputs"][0]
     _, ops = operator
     assert ops.get(f"/runs/{run_id}/inputs").json()["inputs"] == []  # not the holder

@@ -14,7 +14,7 @@ def test_a_discard_after_a_cancel_is_on_the_timeline_and_in_the_totals(agent, he
     _, client = agent
     run_id = held_run()
     client.post(f"/runs/{run_id}/events", {"events": [{"type": "delta", "step": 0, "offset": 0, "text": "Half"}]})
-    transitions.request_cancel(run_id, by="alice", source="user")
+    transitions.request_cancel(run_id, by="alice", source="dashboard")
     body = {"index": 0, "text": "Half", "tool_calls": ["search"], "tokens_in": 30, "tokens_out": 4, "cost": 0.01,
             "estimated": True}
     response = client.post(f"/runs/{run_id}/discard", body)

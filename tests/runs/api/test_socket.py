@@ -32,7 +32,7 @@ async def test_a_viewers_resync_does_not_kill_the_socket_and_the_next_cancel_arr
     await layer.group_send(groups.control(run_id), {"type": "run.something_new"})
     await socket.send_json_to({"type": "ping"})
     assert await socket.receive_json_from(timeout=2) == {"type": "pong"}  # still open
-    await database_sync_to_async(transitions.request_cancel)(run_id, by="alice", source="user")
+    await database_sync_to_async(transitions.request_cancel)(run_id, by="alice", source="dashboard")
     assert (await socket.receive_json_from(timeout=2))["type"] == "cancel"
     await socket.disconnect()
 
