@@ -92,7 +92,7 @@ async def test_an_approval_answer_arrives_on_the_socket_and_an_ack_ends_it():
     suspend = await client.post(f"/api/v1/runs/{run_id}/suspend", {
         "status": "waiting_for_approval", "request": {"tool": "rm", "args": {"path": "/"}, "call_id": "c1"}})
     assert suspend.status_code == 200
-    assert await database_sync_to_async(transitions.resume)(run_id, by="alice", answer={"approved": False, "note": "no"})
+    assert await database_sync_to_async(transitions.resume)(run_id, expect="waiting_for_approval", by="alice", answer={"approved": False, "note": "no"})
     message = await socket.receive_json_from(timeout=2)
     answer = message["input"]
     assert (message["type"], answer["kind"], answer["approved"], answer["note"]) == ("input", "approval", False, "no")
@@ -110,7 +110,7 @@ async def test_an_approval_answer_arrives_on_the_socket_and_an_ack_ends_it():
 async def test_an_unacknowledged_answer_is_sent_again_on_a_new_socket():
     client, token, run_id, socket = await opened("resent")
     await client.post(f"/api/v1/runs/{run_id}/suspend", {"status": "waiting_for_input", "request": {"prompt": "?"}})
-    assert await database_sync_to_async(transitions.resume)(run_id, by="alice", answer={"text": "go on"})
+    assert await database_sync_to_async(transitions.resume)(run_id, expect="waiting_for_input", by="alice", answer={"text": "go on"})
     first = (await socket.receive_json_from(timeout=2))["input"]
     await socket.disconnect()
     again = communicator(run_id, token)
