@@ -1,8 +1,9 @@
 """Bulk operator actions: preview, then execute through the guarded transitions.
 
-The ids are taken from the selection (or the filter) when the operator confirms, then
-acted on in batches, each run through its own guarded transition: a run that settles
-while the operation is under way is counted as what it became, never overwritten.
+What is confirmed is what is done: the preview freezes the set of ids (`freeze`), and
+the confirmation acts on exactly that set (`execute_ids`), so a run created between
+the two is not swept in. Each run goes through its own guarded transition: one that
+ended meanwhile is reported as such ("had already ended"), never overwritten.
 """
 
 from collections import Counter
@@ -13,13 +14,15 @@ from runs.models import Run
 from runs.transitions import CancelOutcome
 
 ACTIONS = ("cancel", "retire", "retry")
+ENDED = "had already ended"
 OUTCOME_LABELS = {
-    CancelOutcome.REQUESTED: "requested",
-    CancelOutcome.ALREADY_REQUESTED: "already requested",
-    CancelOutcome.SETTLED: "settled",
-    CancelOutcome.ALREADY_TERMINAL: "already terminal",
+    CancelOutcome.REQUESTED: "aborted (stopping at the next checkpoint)",
+    CancelOutcome.ALREADY_REQUESTED: "already being aborted",
+    CancelOutcome.SETTLED: "aborted (had not started)",
+    CancelOutcome.ALREADY_TERMINAL: ENDED,
     CancelOutcome.NOT_FOUND: "not found",
 }
+FREEZE_LIMIT = 5000  # ids one preview can carry (signed, in the confirmation form)
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,23 @@ def preview(action, runs, *, sample=5):
     return Preview(count=targets.count(), sample=list(targets.order_by("-created_at")[:sample]))
 
 
+def freeze(action, runs, *, limit=FREEZE_LIMIT):
+    """The ids the action would touch now (newest first, at most `limit`): the set a
+    confirmation acts on, whatever happens to the filters meanwhile."""
+    if action not in ACTIONS:
+        raise ValueError(f"unknown bulk action {action!r}")
+    targets = applicable(action, runs).order_by("-created_at", "-id")
+    return list(targets.values_list("pk", flat=True)[:limit])
+
+
+def execute_ids(action, run_ids, *, by=None, source=Run.CancelSource.USER, note=""):
+    """Apply `action` to exactly `run_ids` (each through its guarded transition); a
+    Counter of outcomes in which every id counts once."""
+    if action not in ACTIONS:
+        raise ValueError(f"unknown bulk action {action!r}")
+    return Counter(_act(action, run_id, by=by, source=source, note=note) for run_id in run_ids)
+
+
 def ids_in_batches(runs, batch):
     """Keyset over the primary key: stable while rows change, cheap at any size."""
     last = None
@@ -58,9 +78,8 @@ def ids_in_batches(runs, batch):
 
 
 def execute(action, runs, *, by=None, source=Run.CancelSource.USER, note="", batch=200):
-    """Apply `action` to every run of the queryset; returns a Counter of outcomes:
-    requested / already requested / settled / already terminal (cancel, retire),
-    retried / not retryable (retry)."""
+    """Apply `action` to every run of the queryset; returns a Counter of outcomes
+    (`OUTCOME_LABELS` for abort; retired / had already ended; retried / not retryable)."""
     if action not in ACTIONS:
         raise ValueError(f"unknown bulk action {action!r}")
     summary = Counter()
@@ -75,5 +94,5 @@ def _act(action, run_id, *, by, source, note):
         return OUTCOME_LABELS[transitions.request_cancel(run_id, by=by, source=source, note=note)]
     if action == "retire":
         won = transitions.force_cancel(run_id, by=by, source=source, note=note)
-        return "settled" if won else "already terminal"
-    return "retried" if transitions.retry(run_id, by=by, source=source) else "not retryable"
+        return "retired" if won else ENDED
+    return "retried" if transitions.retry(run_id, by=by, source=source) else "not retryable (already retried)"

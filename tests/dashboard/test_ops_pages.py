@@ -1,5 +1,6 @@
 """Triage, bulk preview/confirm, audit (and CSV), overview and /metrics."""
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -66,12 +67,43 @@ def test_bulk_preview_counts_then_confirm_retires_through_transitions(op_client,
     assert not Run.objects.filter(status="cancelled").exists()  # a preview changes nothing
 
     transitions.settle(runs[0].id, status="completed", reason="completed", worker="w1")  # ends meanwhile
-    done = op_client.post(url, {"action": "retire", "section": "stuck", "note": "host died"})
+    done = op_client.post(url, {"action": "retire", "frozen": frozen(preview), "note": "host died"})
     html = done.content.decode()
-    assert done.status_code == 200 and "<b>2</b> settled" in html
+    assert done.status_code == 200 and "<b>2</b> retired" in html and "<b>1</b> had already ended" in html
     assert Run.objects.get(pk=runs[0].id).status == "completed"  # not overwritten
     retired = RunEvent.objects.filter(kind="retired", data__note="host died")
     assert retired.count() == 2 and {e.actor for e in retired} == {"operator"}
+
+
+def frozen(preview):
+    """The signed set a bulk preview froze (its confirmation form's hidden field)."""
+    html = preview if isinstance(preview, str) else preview.content.decode()
+    return re.search(r'name="frozen" value="([^"]+)"', html).group(1)
+
+
+def test_bulk_confirms_exactly_the_previewed_set(op_client, running, make_run):
+    runs = [running(agent="fleet", title=f"r{i}") for i in range(6)]
+    url = reverse("dashboard:bulk_preview")
+    preview = op_client.get(url, {"action": "cancel", "agent": "fleet"}).content.decode()
+    assert '<b data-testid="bulk-count">6</b>' in preview and "Abort 6 runs" in preview
+    late = running(agent="fleet", title="created after the preview")
+    transitions.settle(runs[0].id, status="failed", reason="provider_failed", worker="w1")
+    html = op_client.post(url, {"action": "cancel", "frozen": frozen(preview)}).content.decode()
+    assert "the 6 runs you confirmed" in html
+    assert "<b>5</b> aborted (stopping at the next checkpoint)" in html and "<b>1</b> had already ended" in html
+    assert not Run.objects.get(pk=late.id).is_cancelling
+
+
+def test_bulk_refuses_a_forged_or_missing_confirmation(op_client, running):
+    run = running(agent="fleet")
+    url = reverse("dashboard:bulk_preview")
+    preview = op_client.get(url, {"action": "cancel", "agent": "fleet"}).content.decode()
+    for data in ({"action": "cancel", "frozen": frozen(preview)[:-2] + "xx"},
+                 {"action": "retire", "frozen": frozen(preview)},  # signed for another action
+                 {"action": "cancel", "agent": "fleet"}):  # no preview at all
+        response = op_client.post(url, data)
+        assert response.status_code == 400 and "preview" in response.content.decode()
+    assert not Run.objects.get(pk=run.id).is_cancelling
 
 
 def test_bulk_by_list_filter_and_by_selection(op_client, running, db):
@@ -79,7 +111,7 @@ def test_bulk_by_list_filter_and_by_selection(op_client, running, db):
     url = reverse("dashboard:bulk_preview")
     html = op_client.get(url, {"action": "cancel", "agent": "alpha"}).content.decode()
     assert '<b data-testid="bulk-count">1</b>' in html
-    op_client.post(url, {"action": "cancel", "agent": "alpha"})
+    op_client.post(url, {"action": "cancel", "frozen": frozen(html)})
     assert Run.objects.get(pk=a.id).is_cancelling and not Run.objects.get(pk=b.id).is_cancelling
     op_client.post(url, {"action": "cancel", "run": [str(b.id)]})
     assert Run.objects.get(pk=b.id).is_cancelling
