@@ -62,6 +62,12 @@ def when(value):
 
 
 @register.simple_tag
+def now_when():
+    """This instant, as `when` renders it (an answer's time stamp)."""
+    return when(timezone.now())
+
+
+@register.simple_tag
 def age(value, tick=True):
     """How long ago `value` was ('3m 04s'), ticking in the page; the instant on hover."""
     at = _instant(value)
