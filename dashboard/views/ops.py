@@ -178,23 +178,39 @@ def audit_csv(request):
 
 
 STATUS_CSS = {s: f"s-{s}" for s in Run.Status.values}
+LABEL_FORMATS = {"1h": ("%H:%M", "hm"), "24h": ("%H", "h"), "7d": ("%a %H", "dh")}
 
 
 @viewer
 def overview_page(request):
-    numbers = overview.last_24h()
-    per_hour = charts.stacked([
-        (hour.strftime("%H"), [(STATUS_CSS[s], by_status.get(s, 0), f"{hour:%H:00} {s}: {by_status.get(s, 0)}")
-                               for s in Run.Status.values])
-        for hour, by_status in numbers.hours
-    ])
+    """The fleet over a window (`?window=1h|24h|7d`; anything else: 24 h)."""
+    numbers = overview.for_window(request.GET.get("window", ""))
+    window = numbers.window
+    text_format, fmt = LABEL_FORMATS[window.key]
+    reasons = Run.TerminationReason.values
+
+    def over_time(field, values, css, label):
+        return charts.stacked([
+            (start.strftime(text_format),
+             [(css(v), counts[field].get(v, 0), f"{start:%Y-%m-%d %H:%M} UTC, {label(v)}: {counts[field].get(v, 0)}")
+              for v in values],
+             start.isoformat())
+            for start, *parts in numbers.buckets
+            for counts in [{"status": parts[0], "reason": parts[1]}]
+        ])
+
     return render(request, "ops/overview.html", {
         "numbers": numbers,
-        "per_hour": per_hour,
-        "by_reason": charts.bars(numbers.reasons, css="bar reason"),
-        "by_status": charts.bars([(s.replace("waiting_for_", "waiting: "), n, STATUS_CSS[s]) for s, n in numbers.statuses]),
+        "window": window,
+        "windows": overview.WINDOWS.values(),
+        "fmt": fmt,
+        "per_bucket": over_time("status", Run.Status.values, STATUS_CSS.get, lambda s: s),
+        "reasons_over_time": over_time("reason", reasons, lambda r: f"r-{r}", lambda r: r),
+        "by_reason": charts.hbars([(r or "unknown", n, f"r-{r}") for r, n in numbers.reasons]),
+        "by_status": charts.hbars([(s, n, STATUS_CSS[s]) for s, n in numbers.statuses]),
         "latency": charts.bars(numbers.latency, css="bar latency"),
         "statuses": Run.Status.values,
+        "reasons": reasons,
     })
 
 

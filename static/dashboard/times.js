@@ -16,19 +16,28 @@
     year: "numeric", month: "short", day: "numeric",
     hour: "2-digit", minute: "2-digit", second: "2-digit", hourCycle: "h23", timeZoneName: "short",
   });
-  var hour = new Intl.DateTimeFormat(undefined, { hour: "2-digit", hourCycle: "h23" });
+  // Chart labels (a bucket's start): "14:05" (1 h), "14" (24 h), "Tue 18" (7 d).
+  var labels = {
+    hm: new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute: "2-digit", hourCycle: "h23" }),
+    h: new Intl.DateTimeFormat(undefined, { hour: "2-digit", hourCycle: "h23" }),
+    dh: new Intl.DateTimeFormat(undefined, { weekday: "short", hour: "2-digit", hourCycle: "h23" }),
+  };
 
   function local(el) {
-    var at = new Date(el.getAttribute("datetime") || el.getAttribute("data-at-hour"));
+    var at = new Date(el.getAttribute("datetime") || el.getAttribute("data-at-label"));
     if (isNaN(at.getTime())) return;
-    if (el.hasAttribute("data-at-hour")) { el.textContent = hour.format(at); return; }
+    if (el.hasAttribute("data-at-label")) {
+      el.textContent = (labels[el.getAttribute("data-fmt")] || labels.h).format(at);
+      el.dataset.localised = "1";
+      return;
+    }
     el.textContent = (sameDay(at, new Date()) ? clock : dated).format(at);
     el.dataset.localised = "1";
   }
 
   function localise(root) {
     // Only what is still in UTC: a fragment swapped in arrives as the server rendered it.
-    (root || document).querySelectorAll("time[data-at]:not([data-localised]), [data-at-hour]").forEach(local);
+    (root || document).querySelectorAll("time[data-at]:not([data-localised]), [data-at-label]:not([data-localised])").forEach(local);
   }
   window.runwardenTimes = { localise: localise };
 

@@ -146,9 +146,45 @@ def test_overview_renders_charts_with_numbers(op_client, running):
     run = running()
     transitions.settle(run.id, status="failed", reason="provider_failed", worker="w1")
     html = op_client.get(reverse("dashboard:overview")).content.decode()
-    assert html.count("<svg") == 4
+    assert html.count("<svg") == 5
     assert "provider_failed" in html
     assert '<rect class="s-failed"' in html  # the hour's stacked bar has a failed segment
+    assert '<rect class="r-provider_failed"' in html  # and the reasons over time one
+
+
+@pytest.mark.parametrize("window,buckets,label", [("1h", 12, "Last hour"), ("24h", 24, "Last 24 hours"),
+                                                   ("7d", 28, "Last 7 days"), ("junk", 24, "Last 24 hours")])
+def test_overview_windows(op_client, running, window, buckets, label):
+    from runs import overview
+
+    overview._memo.clear()
+    run = running()
+    transitions.settle(run.id, status="failed", reason="provider_failed", worker="w1")
+    html = op_client.get(reverse("dashboard:overview"), {"window": window}).content.decode()
+    assert f"<h1>{label}</h1>" in html
+    first_chart = html.split('<svg class="chart"')[1].split("</svg>")[0]
+    assert len(overview.for_window(window).buckets) == buckets
+    assert first_chart.count('<rect class="s-failed"') == 1
+    labels = re.findall(r"<text [^>]*>([^<]+)</text>", first_chart)
+    assert 0 < len(labels) <= 8  # never more labels than fit apart
+    assert all("data-at-label" in t for t in re.findall(r"<text [^>]*>", first_chart))
+
+
+def test_overview_reason_bars_have_labels_on_rows_of_their_own(op_client, running):
+    for reason in ("provider_failed", "worker_lost", "approval_denied"):
+        transitions.settle(running().id, status="failed", reason=reason, worker="w1")
+    html = op_client.get(reverse("dashboard:overview"), {"window": "1h"}).content.decode()
+    reasons = html.split("Ended runs by termination reason</title>")[1].split("</svg>")[0]
+    ys = [float(y) for y in re.findall(r'<text x="0" y="([0-9.]+)"', reasons)]
+    assert len(ys) == 3 and all(b - a >= 20 for a, b in zip(ys, ys[1:]))  # 12 px text, never overlapping
+
+
+def test_the_two_waits_have_distinct_colours():
+    from pathlib import Path
+
+    css = (Path(__file__).resolve().parents[2] / "static/dashboard/ops.css").read_text()
+    assert "rect.s-waiting_for_input { fill: var(--violet); }" in css
+    assert "rect.s-waiting_for_approval { fill: var(--teal); }" in css
 
 
 def test_metrics_needs_token_or_allowlisted_address(settings, running):
