@@ -64,7 +64,6 @@
   document.addEventListener("htmx:oobBeforeSwap", function (e) {
     var box = rowsBox();
     if (!box || e.detail.target !== box) return;
-    var mark = anchor();
     var full = rows().length >= (parseInt(box.dataset.pageSize, 10) || 50);
     Array.prototype.slice.call(e.detail.fragment.children).forEach(function (child) {
       var existing = child.id && document.getElementById(child.id);
@@ -89,7 +88,15 @@
       }
     });
     trim(box);
+  });
+
+  // Scroll: taken before a socket message is applied, restored after all its swaps
+  // (rows, counts above them) are done.
+  var mark = null;
+  document.addEventListener("htmx:wsBeforeMessage", function () { mark = rowsBox() ? anchor() : null; });
+  document.addEventListener("htmx:wsAfterMessage", function () {
     if (mark && mark.el.isConnected) window.scrollBy(0, mark.el.getBoundingClientRect().top - mark.top);
+    mark = null;
   });
 
   // Keyboard: / search, j/k move, a abort, Enter open, ? the keys. Not while typing.

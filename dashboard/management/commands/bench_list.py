@@ -50,7 +50,8 @@ SELECT gen_random_uuid(), 'agent-' || (i %% 20), 'bench run ' || i, '{{}}'::json
     CASE WHEN s.reason <> '' THEN now() - i * interval '2.5 seconds' + interval '40 seconds' END,
     CASE WHEN s.status <> 'queued' THEN now() - (i %% 7) * interval '1 second' END,
     CASE WHEN s.status = 'cancelled' THEN now() - i * interval '2.5 seconds' + interval '39.99 seconds' END,
-    '', CASE WHEN s.status = 'cancelled' THEN 'user' ELSE '' END, '', 'bench-worker',
+    '', CASE WHEN s.status = 'cancelled' THEN 'user' ELSE '' END, '',
+    CASE WHEN s.status <> 'queued' THEN 'bench-worker' ELSE '' END,
     i %% 5000, i %% 7000, 0, i %% 20, i %% 5, 0
 FROM generate_series(%s, %s) AS i
 JOIN (VALUES {shapes}) AS s(k, status, reason)
