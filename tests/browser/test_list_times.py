@@ -13,15 +13,24 @@ from tests.browser.test_dashboard import log_in, make_user, new_running_run, wai
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
+SCROLLERS = """() => Array.from(document.querySelectorAll("main *")).filter(el => {
+  const x = getComputedStyle(el).overflowX;
+  return (x === "auto" || x === "scroll") && el.scrollWidth > el.clientWidth + 1;
+}).map(el => el.className || el.tagName)"""
+
+
 def no_sideways_scroll(page):
     widths = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
     assert widths[0] <= widths[1], f"the page is {widths[0]}px wide on a {widths[1]}px screen"
+    assert page.evaluate(SCROLLERS) == [], "a table or box scrolls sideways"
 
 
 def in_view(page, selector):
     box = page.locator(selector).bounding_box()
     width = page.evaluate("window.innerWidth")
     assert box and box["x"] >= 0 and box["x"] + box["width"] <= width, f"{selector} is cut off: {box}"
+    clipped = page.eval_on_selector(selector, "el => el.scrollWidth > el.clientWidth || el.getClientRects().length > 1")
+    assert not clipped, f"{selector} is squeezed: its text does not fit"
 
 
 @pytest.fixture
