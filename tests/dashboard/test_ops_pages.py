@@ -14,6 +14,14 @@ from runs.models import Run, RunEvent
 pytestmark = pytest.mark.django_db
 
 
+@pytest.fixture(autouse=True)
+def fresh_overview():
+    """The overview memoises each window per process; every test starts without it."""
+    from runs import overview
+
+    overview._memo.clear()
+
+
 def stale(run, seconds=600):
     Run.objects.filter(pk=run.id).update(heartbeat_at=timezone.now() - timedelta(seconds=seconds))
 
