@@ -27,6 +27,7 @@ class Column:
     label: str
     total: int
     segments: list
+    at: str = ""  # the bucket's start (ISO), so times.js can label it in local time
 
 
 @dataclass(frozen=True)
@@ -37,14 +38,23 @@ class Chart:
     label_y: int
 
 
-def stacked(columns, *, height=HEIGHT, gap=0.4):
-    """`columns` is [(label, [(css class, value, title)])]; returns a Chart whose bars
-    share one scale (the tallest stack fills the height). x and width are percentages."""
-    peak = max((sum(v for _, v, _ in parts) for _, parts in columns), default=0)
+MAX_LABELS = 8  # x labels at 10 px stay apart down to a phone's width
+
+
+def stacked(columns, *, height=HEIGHT, gap=0.4, labels=None):
+    """`columns` is [(label, [(css class, value, title)])] or [(label, parts, ISO start)];
+    returns a Chart whose bars share one scale (the tallest stack fills the height).
+    x and width are percentages. Only every few columns is labelled when there are
+    more than `labels` (so labels never overlap); every bar keeps its title."""
+    labels = labels or MAX_LABELS
+    peak = max((sum(v for _, v, _ in column[1]) for column in columns), default=0)
     slot = 100 / max(len(columns), 1)
     scale = (height / peak) if peak else 0
+    stride = -(-len(columns) // labels) if len(columns) > labels else 1
     out = []
-    for i, (label, parts) in enumerate(columns):
+    for i, (label, parts, *at) in enumerate(columns):
+        if i % stride:
+            label = ""
         x, y = i * slot + gap / 2, float(height)
         segments = []
         for css, value, title in parts:
@@ -53,8 +63,36 @@ def stacked(columns, *, height=HEIGHT, gap=0.4):
             h = value * scale
             y -= h
             segments.append(Segment(x, y, slot - gap, h, css, title))
-        out.append(Column(x + (slot - gap) / 2, label, sum(v for _, v, _ in parts), segments))
+        out.append(Column(x + (slot - gap) / 2, label, sum(v for _, v, _ in parts), segments, at[0] if at and label else ""))
     return Chart(height + LABEL_SPACE, out, peak, height + LABEL_SPACE - 4)
+
+
+@dataclass(frozen=True)
+class Bar:
+    y: float
+    width: float
+    label: str
+    value: int
+    css: str
+
+
+@dataclass(frozen=True)
+class Bars:
+    height: int
+    bars: list
+    row: int
+
+
+def hbars(items, *, css="bar", row=22):
+    """`items` is [(label, value)] or [(label, value, css)]: one horizontal bar per row,
+    its label on its own line above it, so long labels never collide. Widths are
+    percentages of the largest value."""
+    peak = max((item[1] for item in items), default=0)
+    bars = [
+        Bar(i * row * 1.6, (item[1] / peak * 100) if peak else 0, item[0], item[1], item[2] if len(item) > 2 else css)
+        for i, item in enumerate(items)
+    ]
+    return Bars(max(int(len(items) * row * 1.6), row), bars, row)
 
 
 def bars(items, *, css="bar", height=HEIGHT):

@@ -88,8 +88,8 @@ heartbeat_cells = database_sync_to_async(runview.heartbeat_cells)
 
 @database_sync_to_async
 def render_rows(run_ids, access, filters, first_page):
-    insertable = listing.matching(filters, run_ids) if first_page else set()
-    return runview.render_rows(run_ids, access, insertable=insertable)
+    matching = listing.matching(filters, run_ids)
+    return runview.render_rows(run_ids, access, insertable=matching if first_page else set(), matching=matching)
 
 
 def query_of(scope):
@@ -164,7 +164,9 @@ class LiveConsumer(AsyncWebsocketConsumer):
 
 
 class RunListConsumer(LiveConsumer):
-    """`/ws/runs/?<filters>&page=1&since=<event id>`: row updates for the run list."""
+    """`/ws/runs/?<filters>&page=1&since=<event id>&oldest=&newest=`: row updates for the
+    run list. `oldest`/`newest` are the list cursors of the page's last and first rows:
+    the catch-up re-sends only runs that can be on that page, not older ones."""
 
     async def connect(self):
         self.access = await viewer_access(self.scope["user"])
@@ -174,6 +176,7 @@ class RunListConsumer(LiveConsumer):
         self.filters = listing.Filters.from_query(query)
         self.first_page = query.get("page", "1") == "1"
         since = int_param(query, "since")
+        bounds = {name: listing.decode_cursor(query.get(name, "")) for name in ("oldest", "newest")}
         self.coalescer = Coalescer(LIST_INTERVAL_S, self.flush)
         self.joined = [groups.LIST_GROUP]
         await self.channel_layer.group_add(groups.LIST_GROUP, self.channel_name)
@@ -181,7 +184,7 @@ class RunListConsumer(LiveConsumer):
         await self.accept()
         self.start_ticker()
         if since is not None:  # what changed between the page's render (or the last frame) and now
-            for run_id in await changed_since(since, self.filters, self.first_page):
+            for run_id in await changed_since(since, self.filters, self.first_page, **bounds):
                 self.coalescer.add(str(run_id))
 
     async def run_changed(self, message):

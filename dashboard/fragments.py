@@ -38,6 +38,6 @@ def outcome_settled(run):
     if run.reason_label and run.reason_label != run.get_status_display():
         message += f" ({run.reason_label})"
     if run.finished_at:
-        message += f" at {run.finished_at:%H:%M:%S}"
+        message += f" at {run.finished_at:%Y-%m-%d %H:%M:%S} UTC"  # plain text: no <time> for times.js here
     level = {"completed": "success", "failed": "error", "cancelled": "success"}.get(run.status, "info")
     return render_to_string("runs/detail.html#outcome", {"message": message + ".", "level": level, "oob": True})

@@ -5,9 +5,11 @@ the operator's filters while they watch appears on their first page.
 """
 
 import base64
+import re
 import time
+import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 from django.db.models import Count, Q
 from django.http import QueryDict
@@ -67,7 +69,14 @@ class Filters:
             runs = runs.filter(agent=self.agent)
         if self.q:
             run_id = parse_id(self.q)
-            runs = runs.filter(pk=run_id) if run_id else runs.filter(title__icontains=self.q)
+            if run_id:
+                runs = runs.filter(pk=run_id)
+            elif id_range := short_id_range(self.q):
+                # The pages show ids by their first 8 hex digits; an id prefix is a range
+                # on the primary key (uuid order is hex order), so it stays on the index.
+                runs = runs.filter(Q(pk__range=id_range) | Q(title__icontains=self.q))
+            else:
+                runs = runs.filter(title__icontains=self.q)
         if self.stuck:
             runs = runs.filter(rules.stuck())
         if self.retryable:
@@ -77,25 +86,43 @@ class Filters:
         return runs
 
 
+SHORT_ID = re.compile(r"^[0-9a-f]{4,31}$")
+
+
+def short_id_range(text):
+    """(lowest, highest) UUID starting with `text` (4 to 31 hex digits, dashes ignored),
+    or None when `text` is not such a prefix."""
+    digits = text.lower().replace("-", "")
+    if not SHORT_ID.match(digits):
+        return None
+    return uuid.UUID(digits.ljust(32, "0")), uuid.UUID(digits.ljust(32, "f"))
+
+
 def encode_cursor(run):
     raw = f"{run.created_at.isoformat()}|{run.pk}"
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 
 def decode_cursor(text):
-    """(created_at, id) or None for anything malformed."""
+    """(created_at in UTC, id) or None for anything malformed. A crafted instant (an
+    offset PostgreSQL refuses, such as +16:00, no offset at all, a year out of range)
+    is malformed too: it never reaches the database."""
     try:
         raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode()
         stamp, run_id = raw.split("|", 1)
         created = datetime.fromisoformat(stamp)
-    except (ValueError, UnicodeDecodeError):
+        if created.utcoffset() is None:
+            return None
+        created = created.astimezone(UTC)
+    except (ValueError, UnicodeDecodeError, OverflowError):
         return None
     run_id = parse_id(run_id)
     return (created, run_id) if run_id else None
 
 
 def page(filters, *, before="", size=None):
-    """One page, newest first, and the cursor of the next (older) page or ''."""
+    """One page, newest first, and the cursor of the next (older) page or ''. A cursor
+    that does not decode is ignored: the newest page (a stale or mangled link opens)."""
     size = size or PAGE_SIZE
     runs = rules.with_flags(filters.apply(Run.objects.all())).order_by("-created_at", "-id")
     cursor = decode_cursor(before) if before else None
@@ -181,10 +208,22 @@ CATCH_UP_MARGIN = 500  # ids around the resume point are sent again, never lost 
 CATCH_UP_WINDOW = 20_000  # beyond this many events, refresh the first page instead
 
 
-def changed_since(event_id, filters, first_page, *, limit=500):
-    """Ids of runs to re-send to a list viewer that saw everything up to `event_id`."""
+def changed_since(event_id, filters, first_page, *, oldest=None, newest=None, limit=500):
+    """Ids of runs to re-send to a list viewer that saw everything up to `event_id`.
+    `oldest` / `newest` (decoded cursors of the page's last and first rows) bound what
+    the page can show: a run older than its last row belongs on a later page, so it is
+    not sent (a full first page would otherwise get every recently changed old run)."""
     start = max(0, event_id - CATCH_UP_MARGIN)
     if last_event_id() - start > CATCH_UP_WINDOW:  # long gone: what the page would show now
         return [run.pk for run in page(filters)[0]] if first_page else []
     changed = RunEvent.objects.filter(pk__gt=start).order_by().values_list("run_id", flat=True).distinct()
-    return list(changed[:limit])
+    if oldest is None and (first_page or newest is None):
+        return list(changed[:limit])
+    runs = Run.objects.filter(pk__in=changed).order_by()
+    if oldest is not None:
+        created, run_id = oldest
+        runs = runs.filter(Q(created_at__gt=created) | Q(created_at=created, id__gte=run_id))
+    if newest is not None and not first_page:  # on the first page new runs come in at the top
+        created, run_id = newest
+        runs = runs.filter(Q(created_at__lt=created) | Q(created_at=created, id__lte=run_id))
+    return list(runs.values_list("pk", flat=True)[:limit])

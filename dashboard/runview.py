@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass
 
 from django.template.loader import render_to_string
+from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
 from dashboard import listing
@@ -129,12 +130,18 @@ def render_row(run, access, insert):
     return html
 
 
-def render_rows(run_ids, access, *, insertable):
+def render_rows(run_ids, access, *, insertable, matching=None):
     """List rows for `run_ids` (newest first) in one out-of-band block; rows in
-    `insertable` may be added to the top of a first page that lacks them."""
+    `insertable` may be added to a first page that lacks them (where the list's order
+    puts them). A run not in `matching` (when given) no longer fits the page's filters:
+    it is sent as a removal, so the page drops it."""
     last_event = listing.last_event_id()  # before the rows: the cursor never runs ahead of them
     runs = rules.with_flags(Run.objects.filter(pk__in=list(run_ids))).order_by("-created_at", "-id")
-    rows = [render_row(run, access, run.pk in insertable) for run in runs]
+    rows = [
+        render_row(run, access, run.pk in insertable) if matching is None or run.pk in matching
+        else format_html('<div id="run-{}" data-remove></div>', run.pk)
+        for run in runs
+    ]
     return render_to_string(
         "runs/live_list.html",
         {"rows": mark_safe("".join(rows)), "counts": listing.counts(), "last_event": last_event},  # rendered HTML

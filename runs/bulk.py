@@ -1,8 +1,9 @@
 """Bulk operator actions: preview, then execute through the guarded transitions.
 
-The ids are taken from the selection (or the filter) when the operator confirms, then
-acted on in batches, each run through its own guarded transition: a run that settles
-while the operation is under way is counted as what it became, never overwritten.
+What is confirmed is what is done: the preview freezes the set of ids (`freeze`), and
+the confirmation acts on exactly that set (`execute_ids`), so a run created between
+the two is not swept in. Each run goes through its own guarded transition: one that
+ended meanwhile is reported as such ("had already ended"), never overwritten.
 """
 
 from collections import Counter
@@ -12,6 +13,7 @@ from runs import rules, transitions
 from runs.models import Run
 
 ACTIONS = ("cancel", "retire", "retry")
+FREEZE_LIMIT = 5000  # ids one preview can carry (signed, in the confirmation form)
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,23 @@ def preview(action, runs, *, sample=5):
         raise ValueError(f"unknown bulk action {action!r}")
     targets = applicable(action, runs)
     return Preview(count=targets.count(), sample=list(targets.order_by("-created_at")[:sample]))
+
+
+def freeze(action, runs, *, limit=FREEZE_LIMIT):
+    """The ids the action would touch now (newest first, at most `limit`): the set a
+    confirmation acts on, whatever happens to the filters meanwhile."""
+    if action not in ACTIONS:
+        raise ValueError(f"unknown bulk action {action!r}")
+    targets = applicable(action, runs).order_by("-created_at", "-id")
+    return list(targets.values_list("pk", flat=True)[:limit])
+
+
+def execute_ids(action, run_ids, *, by=None, source=Run.CancelSource.DASHBOARD, note="", client=""):
+    """Apply `action` to exactly `run_ids` (each through its guarded transition); a
+    Counter of outcomes in which every id counts once."""
+    if action not in ACTIONS:
+        raise ValueError(f"unknown bulk action {action!r}")
+    return Counter(_act(action, run_id, by=by, source=source, note=note, client=client) for run_id in run_ids)
 
 
 def ids_in_batches(runs, batch):

@@ -1,10 +1,16 @@
-"""Small display helpers for run pages: durations, ages, money, tokens."""
+"""Small display helpers for run pages: instants, durations, ages, money, tokens.
 
-from datetime import datetime
+Instants are rendered as `<time datetime=… title=…>` with the exact UTC time as text
+and on hover; times.js turns the text into the viewer's local time and zone (the CSP
+forbids inline scripts, so the page's own script does it).
+"""
+
+from datetime import UTC, datetime
 from decimal import Decimal
 
 from django import template
 from django.utils import timezone
+from django.utils.html import format_html
 
 register = template.Library()
 
@@ -18,6 +24,77 @@ def _span(seconds):
     if seconds < 86400:
         return f"{seconds // 3600}h {seconds % 3600 // 60:02d}m"
     return f"{seconds // 86400}d {seconds % 86400 // 3600:02d}h"
+
+
+def _instant(value):
+    """A datetime (aware, in UTC) from a datetime or an ISO string; None otherwise."""
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            return None
+    if not isinstance(value, datetime):
+        return None
+    if timezone.is_naive(value):
+        value = timezone.make_aware(value, UTC)
+    return value.astimezone(UTC)
+
+
+def exact_utc(value):
+    """'2026-12-01 05:51:31 UTC' (what the hover shows)."""
+    return f"{value:%Y-%m-%d %H:%M:%S} UTC"
+
+
+@register.filter
+def utc_text(value):
+    """An instant as exact UTC text ('' when unset), for titles."""
+    at = _instant(value)
+    return exact_utc(at) if at else ""
+
+
+@register.simple_tag
+def when(value):
+    """An instant: exact UTC as text and title; the viewer's local time once times.js ran."""
+    at = _instant(value)
+    if at is None:
+        return "—"
+    return format_html('<time datetime="{}" title="{}" data-at>{}</time>', at.isoformat(), exact_utc(at), exact_utc(at))
+
+
+@register.simple_tag
+def now_when():
+    """This instant, as `when` renders it (an answer's time stamp)."""
+    return when(timezone.now())
+
+
+@register.simple_tag
+def age(value, tick=True):
+    """How long ago `value` was ('3m 04s'), ticking in the page; the instant on hover."""
+    at = _instant(value)
+    if at is None:
+        return "—"
+    text = _span((timezone.now() - at).total_seconds())
+    if not tick:
+        return format_html('<time datetime="{}" title="{}">{}</time>', at.isoformat(), exact_utc(at), text)
+    return format_html('<time datetime="{}" title="{}" data-tick>{}</time>', at.isoformat(), exact_utc(at), text)
+
+
+@register.simple_tag
+def deadline(value):
+    """A deadline: 'in 4m 10s' (or 'passed 12s ago') and the instant, local once times.js ran."""
+    at = _instant(value)
+    if at is None:
+        return "—"
+    left = (at - timezone.now()).total_seconds()
+    relative = f"in {_span(left)}" if left >= 0 else f"passed {_span(-left)} ago"
+    return format_html("{}, {}", relative, when(at))
+
+
+@register.filter
+def sortkey(run):
+    """The run's place in the list (newest first): fixed-width UTC digits, then the id,
+    so the page's script orders rows by comparing strings."""
+    return f"{run.created_at.astimezone(UTC):%Y%m%d%H%M%S%f}|{run.pk.hex}"
 
 
 @register.filter

@@ -6,6 +6,7 @@ import ipaddress
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
+from django.core import signing
 from django.core.paginator import Paginator
 from django.http import HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
@@ -62,10 +63,33 @@ def _targets(source):
     return filters.apply(Run.objects.all()), "runs matching the list's filters"
 
 
+FROZEN_SALT = "runwarden.bulk.frozen"
+FROZEN_MAX_AGE_S = 3600  # a preview left open longer is previewed again
+
+
+def freeze_token(action, ids, described):
+    """The previewed set, signed: the confirmation acts on it and nothing else."""
+    return signing.dumps({"a": action, "d": described, "ids": [run_id.hex for run_id in ids]},
+                         salt=FROZEN_SALT, compress=True)
+
+
+def thaw_token(token, action):
+    """(ids, described) from a preview's token, or None when it is forged, stale or for another action."""
+    try:
+        frozen = signing.loads(token, salt=FROZEN_SALT, max_age=FROZEN_MAX_AGE_S)
+    except signing.BadSignature:  # SignatureExpired is one
+        return None
+    if not isinstance(frozen, dict) or frozen.get("a") != action:
+        return None
+    ids = [parse_id(run_id) for run_id in frozen.get("ids", [])]
+    return [run_id for run_id in ids if run_id], str(frozen.get("d", ""))
+
+
 @require_http_methods(["GET", "POST"])
 @login_required
 def bulk_page(request):
-    """GET: preview (count and a sample) and a confirmation form; POST: execute
+    """GET: preview (count and a sample) of the runs the action can change now, frozen
+    into a signed token; POST: execute on exactly that set (or an explicit selection)
     through the guarded transitions, then show what each run became."""
     if not request.user.has_perm("runs.cancel_run"):
         return render(request, "ops/forbidden.html", status=403)
@@ -74,17 +98,37 @@ def bulk_page(request):
     if action not in bulk.ACTIONS:
         messages.warning(request, "Pick an action: abort, retire or retry.")
         return redirect(reverse("dashboard:triage"))
-    runs, described = _targets(source)
-    targets = bulk.applicable(action, runs)
-    hidden = [(k, v) for k in ("section", "run", *listing.Filters.__dataclass_fields__) for v in source.getlist(k)]
-    context = {"action": action, "verb": VERBS[action], "explain": EXPLAIN[action], "described": described,
-               "hidden": hidden}
+    context = {"action": action, "verb": VERBS[action], "explain": EXPLAIN[action]}
     if request.method == "GET":
-        preview = bulk.preview(action, runs)
-        return render(request, "ops/bulk.html", {**context, "preview": preview, "access": runview.Access.of(request.user)})
+        runs, described = _targets(source)
+        ids = bulk.freeze(action, runs, limit=bulk.FREEZE_LIMIT + 1)
+        capped, ids = len(ids) > bulk.FREEZE_LIMIT, ids[: bulk.FREEZE_LIMIT]
+        sample = list(Run.objects.filter(pk__in=ids[:5]).order_by("-created_at", "-id"))
+        return render(request, "ops/bulk.html", {
+            **context, "described": described, "preview": bulk.Preview(count=len(ids), sample=sample),
+            "capped": capped, "frozen": freeze_token(action, ids, described),
+            "access": runview.Access.of(request.user),
+        })
+    if source.get("frozen"):
+        thawed = thaw_token(source["frozen"], action)
+        if thawed is None:
+            return render(request, "ops/bulk.html", {
+                **context, "described": "preview expired",
+                "refused": "This confirmation is stale or not valid: preview again, then confirm.",
+            }, status=400)
+        ids, described = thawed
+    else:  # an explicit selection is its own frozen set
+        ids = list({parse_id(v) for v in source.getlist("run")[:SELECTION_LIMIT]} - {None})
+        described = f"{len(ids)} selected run{'s' if len(ids) != 1 else ''}"
+        if not ids:
+            return render(request, "ops/bulk.html", {
+                **context, "described": "nothing confirmed",
+                "refused": "Nothing to act on: preview the runs first, then confirm.",
+            }, status=400)
     note = source.get("note", "").strip()[:NOTE_LIMIT] or f"bulk {action}"
-    summary = bulk.execute(action, targets, by=request.user, note=note, client=clientip.client_ip(request))
-    return render(request, "ops/bulk.html", {**context, "summary": sorted(summary.items()), "total": sum(summary.values())})
+    summary = bulk.execute_ids(action, ids, by=request.user, note=note, client=clientip.client_ip(request))
+    return render(request, "ops/bulk.html", {**context, "described": described,
+                                             "summary": sorted(summary.items()), "total": len(ids)})
 
 
 AUDIT_FILTERS = ("actor", "source", "kind", "run")
@@ -121,23 +165,39 @@ def audit_csv(request):
 
 
 STATUS_CSS = {s: f"s-{s}" for s in Run.Status.values}
+LABEL_FORMATS = {"1h": ("%H:%M", "hm"), "24h": ("%H", "h"), "7d": ("%a %H", "dh")}
 
 
 @viewer
 def overview_page(request):
-    numbers = overview.last_24h()
-    per_hour = charts.stacked([
-        (hour.strftime("%H"), [(STATUS_CSS[s], by_status.get(s, 0), f"{hour:%H:00} {s}: {by_status.get(s, 0)}")
-                               for s in Run.Status.values])
-        for hour, by_status in numbers.hours
-    ])
+    """The fleet over a window (`?window=1h|24h|7d`; anything else: 24 h)."""
+    numbers = overview.for_window(request.GET.get("window", ""))
+    window = numbers.window
+    text_format, fmt = LABEL_FORMATS[window.key]
+    reasons = Run.TerminationReason.values
+
+    def over_time(field, values, css, label):
+        return charts.stacked([
+            (start.strftime(text_format),
+             [(css(v), counts[field].get(v, 0), f"{start:%Y-%m-%d %H:%M} UTC, {label(v)}: {counts[field].get(v, 0)}")
+              for v in values],
+             start.isoformat())
+            for start, *parts in numbers.buckets
+            for counts in [{"status": parts[0], "reason": parts[1]}]
+        ])
+
     return render(request, "ops/overview.html", {
         "numbers": numbers,
-        "per_hour": per_hour,
-        "by_reason": charts.bars(numbers.reasons, css="bar reason"),
-        "by_status": charts.bars([(s.replace("waiting_for_", "waiting: "), n, STATUS_CSS[s]) for s, n in numbers.statuses]),
+        "window": window,
+        "windows": overview.WINDOWS.values(),
+        "fmt": fmt,
+        "per_bucket": over_time("status", Run.Status.values, STATUS_CSS.get, lambda s: s),
+        "reasons_over_time": over_time("reason", reasons, lambda r: f"r-{r}", lambda r: r),
+        "by_reason": charts.hbars([(r or "unknown", n, f"r-{r}") for r, n in numbers.reasons]),
+        "by_status": charts.hbars([(s, n, STATUS_CSS[s]) for s, n in numbers.statuses]),
         "latency": charts.bars(numbers.latency, css="bar latency"),
         "statuses": Run.Status.values,
+        "reasons": reasons,
     })
 
 

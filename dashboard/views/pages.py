@@ -16,9 +16,12 @@ def run_list(request):
     filters = listing.Filters.from_query(request.GET)
     last_event = listing.last_event_id()  # read first: the socket resumes from here
     before = request.GET.get("before", "")
+    if before and listing.decode_cursor(before) is None:
+        before = ""  # a mangled or crafted cursor: the newest page, as `listing.page` does
     runs, next_cursor = listing.page(filters, before=before)
     context = {
         "runs": runs,
+        "page_size": listing.PAGE_SIZE,
         "filters": filters,
         "first_page": not before,
         "next_cursor": next_cursor,

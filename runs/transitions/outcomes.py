@@ -36,6 +36,8 @@ class Outcome(enum.StrEnum):
     @property
     def short(self):
         """The value in words, for counts: "2 requested, 1 already terminal"."""
+        if self.value == "already_terminal":  # a run that ended before its turn, in an operator's words
+            return "had already ended"
         return self.value.replace("_", " ")
 
 

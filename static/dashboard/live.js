@@ -87,23 +87,6 @@
     });
   });
 
-  // New runs are added at the top of the first page; keep it bounded, and point
-  // "older" at the first run no longer shown so keyset paging misses nothing.
-  var MAX_ROWS = 200;
-  document.addEventListener("htmx:wsAfterMessage", function () {
-    var rows = document.querySelectorAll("#run-rows > [data-testid=run-row]");
-    if (rows.length <= MAX_ROWS) return;
-    var keep = rows[MAX_ROWS - 1];
-    for (var i = MAX_ROWS; i < rows.length; i++) rows[i].remove();
-    var older = document.querySelector("a[data-older]");
-    if (older) {
-      var u = new URL(older.href, location.href);
-      u.searchParams.set("before", keep.dataset.cursor);
-      older.href = u.toString();
-      older.hidden = false;
-    }
-  });
-
   // Ages and running durations tick in the browser; the server sends the instants.
   function span(seconds) {
     seconds = Math.max(0, Math.floor(seconds));

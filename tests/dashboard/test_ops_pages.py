@@ -2,6 +2,7 @@
 
 import csv
 import io
+import re
 from datetime import timedelta
 
 import pytest
@@ -13,6 +14,14 @@ from runs import transitions
 from runs.models import Run, RunEvent
 
 pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def fresh_overview():
+    """The overview memoises each window per process; every test starts without it."""
+    from runs import overview
+
+    overview._memo.clear()
 
 
 def stale(run, seconds=600):
@@ -68,12 +77,43 @@ def test_bulk_preview_counts_then_confirm_retires_through_transitions(op_client,
     assert not Run.objects.filter(status="cancelled").exists()  # a preview changes nothing
 
     transitions.settle(runs[0].id, status="completed", reason="completed", worker="w1")  # ends meanwhile
-    done = op_client.post(url, {"action": "retire", "section": "stuck", "note": "host died"})
+    done = op_client.post(url, {"action": "retire", "frozen": frozen(preview), "note": "host died"})
     html = done.content.decode()
-    assert done.status_code == 200 and "<b>2</b> retired" in html
+    assert done.status_code == 200 and "<b>2</b> retired" in html and "<b>1</b> had already ended" in html
     assert Run.objects.get(pk=runs[0].id).status == "completed"  # not overwritten
     retired = RunEvent.objects.filter(kind="retired", data__note="host died")
     assert retired.count() == 2 and {e.actor for e in retired} == {"operator"}
+
+
+def frozen(preview):
+    """The signed set a bulk preview froze (its confirmation form's hidden field)."""
+    html = preview if isinstance(preview, str) else preview.content.decode()
+    return re.search(r'name="frozen" value="([^"]+)"', html).group(1)
+
+
+def test_bulk_confirms_exactly_the_previewed_set(op_client, running_run, make_run):
+    runs = [running_run(agent="fleet", title=f"r{i}") for i in range(6)]
+    url = reverse("dashboard:bulk_preview")
+    preview = op_client.get(url, {"action": "cancel", "agent": "fleet"}).content.decode()
+    assert '<b data-testid="bulk-count">6</b>' in preview and "Abort 6 runs" in preview
+    late = running_run(agent="fleet", title="created after the preview")
+    transitions.settle(runs[0].id, status="failed", reason="provider_failed", worker="w1")
+    html = op_client.post(url, {"action": "cancel", "frozen": frozen(preview)}).content.decode()
+    assert "the 6 runs you confirmed" in html
+    assert "<b>5</b> requested" in html and "<b>1</b> had already ended" in html
+    assert not Run.objects.get(pk=late.id).is_cancelling
+
+
+def test_bulk_refuses_a_forged_or_missing_confirmation(op_client, running_run):
+    run = running_run(agent="fleet")
+    url = reverse("dashboard:bulk_preview")
+    preview = op_client.get(url, {"action": "cancel", "agent": "fleet"}).content.decode()
+    for data in ({"action": "cancel", "frozen": frozen(preview)[:-2] + "xx"},
+                 {"action": "retire", "frozen": frozen(preview)},  # signed for another action
+                 {"action": "cancel", "agent": "fleet"}):  # no preview at all
+        response = op_client.post(url, data)
+        assert response.status_code == 400 and "preview" in response.content.decode()
+    assert not Run.objects.get(pk=run.id).is_cancelling
 
 
 def test_bulk_by_list_filter_and_by_selection(op_client, running_run, db):
@@ -81,7 +121,7 @@ def test_bulk_by_list_filter_and_by_selection(op_client, running_run, db):
     url = reverse("dashboard:bulk_preview")
     html = op_client.get(url, {"action": "cancel", "agent": "alpha"}).content.decode()
     assert '<b data-testid="bulk-count">1</b>' in html
-    op_client.post(url, {"action": "cancel", "agent": "alpha"})
+    op_client.post(url, {"action": "cancel", "frozen": frozen(html)})
     assert Run.objects.get(pk=a.id).is_cancelling and not Run.objects.get(pk=b.id).is_cancelling
     op_client.post(url, {"action": "cancel", "run": [str(b.id)]})
     assert Run.objects.get(pk=b.id).is_cancelling
@@ -127,9 +167,45 @@ def test_overview_renders_charts_with_numbers(op_client, running_run):
     run = running_run()
     transitions.settle(run.id, status="failed", reason="provider_failed", worker="w1")
     html = op_client.get(reverse("dashboard:overview")).content.decode()
-    assert html.count("<svg") == 4
+    assert html.count("<svg") == 5
     assert "provider_failed" in html
     assert '<rect class="s-failed"' in html  # the hour's stacked bar has a failed segment
+    assert '<rect class="r-provider_failed"' in html  # and the reasons over time one
+
+
+@pytest.mark.parametrize("window,buckets,label", [("1h", 12, "Last hour"), ("24h", 24, "Last 24 hours"),
+                                                   ("7d", 28, "Last 7 days"), ("junk", 24, "Last 24 hours")])
+def test_overview_windows(op_client, running_run, window, buckets, label):
+    from runs import overview
+
+    overview._memo.clear()
+    run = running_run()
+    transitions.settle(run.id, status="failed", reason="provider_failed", worker="w1")
+    html = op_client.get(reverse("dashboard:overview"), {"window": window}).content.decode()
+    assert f"<h1>{label}</h1>" in html
+    first_chart = html.split('<svg class="chart"')[1].split("</svg>")[0]
+    assert len(overview.for_window(window).buckets) == buckets
+    assert first_chart.count('<rect class="s-failed"') == 1
+    labels = re.findall(r"<text [^>]*>([^<]+)</text>", first_chart)
+    assert 0 < len(labels) <= 8  # never more labels than fit apart
+    assert all("data-at-label" in t for t in re.findall(r"<text [^>]*>", first_chart))
+
+
+def test_overview_reason_bars_have_labels_on_rows_of_their_own(op_client, running_run):
+    for reason in ("provider_failed", "worker_lost", "approval_denied"):
+        transitions.settle(running_run().id, status="failed", reason=reason, worker="w1")
+    html = op_client.get(reverse("dashboard:overview"), {"window": "1h"}).content.decode()
+    reasons = html.split("Ended runs by termination reason</title>")[1].split("</svg>")[0]
+    ys = [float(y) for y in re.findall(r'<text x="0" y="([0-9.]+)"', reasons)]
+    assert len(ys) == 3 and all(b - a >= 20 for a, b in zip(ys, ys[1:]))  # 12 px text, never overlapping
+
+
+def test_the_two_waits_have_distinct_colours():
+    from pathlib import Path
+
+    css = (Path(__file__).resolve().parents[2] / "static/dashboard/ops.css").read_text()
+    assert "rect.s-waiting_for_input { fill: var(--violet); }" in css
+    assert "rect.s-waiting_for_approval { fill: var(--teal); }" in css
 
 
 def test_metrics_needs_token_or_allowlisted_address(settings, running_run):

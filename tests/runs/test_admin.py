@@ -36,7 +36,7 @@ def test_abort_action_reports_each_outcome(operator, make_run, running_run, run_
     queued, live, done = make_run(), running_run(), run_in("completed")
     response = act(operator, "abort", [queued, live, done])
     message = [str(m) for m in response.context["messages"]][0]
-    assert message == "1 requested, 1 settled, 1 already terminal"
+    assert message == "1 requested, 1 settled, 1 had already ended"
     assert Run.objects.get(pk=queued.id).status == "cancelled"
     live_row = Run.objects.get(pk=live.id)
     assert live_row.is_cancelling and live_row.cancel_source == "admin"
@@ -53,7 +53,7 @@ def test_admin_offers_abort_and_retire_in_the_operators_words(operator, make_run
 def test_retire_action_settles_live_runs(operator, running_run, run_in):
     live, done = running_run(), run_in("failed")
     response = act(operator, "retire", [live, done])
-    assert [str(m) for m in response.context["messages"]][0] == "1 retired, 1 already terminal"
+    assert [str(m) for m in response.context["messages"]][0] == "1 retired, 1 had already ended"
     assert Run.objects.get(pk=live.id).status == "cancelled"
     assert RunEvent.objects.get(run=live, kind="retired").source == "admin"
 

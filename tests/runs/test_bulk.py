@@ -21,7 +21,8 @@ def test_cancel_by_selection_reports_each_outcome(make_run, running_run, run_in)
     runs = [make_run(), running_run(), running_run(), run_in("completed")]
     transitions.request_cancel(runs[2].id)
     summary = bulk.execute("cancel", Run.objects.filter(pk__in=[r.id for r in runs]), by="alice", note="cleanup")
-    assert summary == {"settled": 1, "requested": 1, "already requested": 1, "already terminal": 1}
+    assert summary == {"settled": 1, "requested": 1,
+                       "already requested": 1, "had already ended": 1}
     assert Run.objects.get(pk=runs[1].id).cancel_note == "cleanup"
 
 
@@ -30,7 +31,7 @@ def test_retire_and_retry_by_filter_in_small_batches(running_run, run_in):
         running_run(agent="flaky")
     run_in("failed", agent="flaky")
     retire = bulk.execute("retire", Run.objects.filter(agent="flaky"), by="alice", batch=2)
-    assert retire == {"retired": 5, "already terminal": 1}
+    assert retire == {"retired": 5, "had already ended": 1}
     retry = bulk.execute("retry", Run.objects.filter(agent="flaky", status="failed"), by="alice", batch=2)
     assert retry == {"retried": 1}
     assert Run.objects.filter(agent="flaky", status="queued").count() == 1
@@ -64,6 +65,17 @@ def test_counts_stay_right_while_runs_settle_concurrently(postgres):
     summary = bulk.execute("retire", Run.objects.filter(agent="bulk"), by="alice", batch=25)
     thread.join()
     assert summary["retired"] + len(settled_by_worker) == len(runs)
-    assert summary["retired"] + summary["already terminal"] == len(runs)
+    assert summary["retired"] + summary["had already ended"] == len(runs)
     assert Run.objects.filter(agent="bulk", status="cancelled").count() == summary["retired"]
     assert Run.objects.filter(agent="bulk", status="completed").count() == len(settled_by_worker)
+
+
+def test_frozen_ids_are_acted_on_exactly_and_ended_ones_reported(make_run, running_run):
+    runs = [running_run() for _ in range(3)]
+    frozen = bulk.freeze("cancel", Run.objects.all())
+    assert set(frozen) == {r.id for r in runs}
+    transitions.settle(runs[0].id, status="completed", reason="completed", worker="w1")
+    newcomer = make_run()  # created after the preview: not in the frozen set
+    summary = bulk.execute_ids("cancel", frozen, by="alice")
+    assert summary == {"requested": 2, "had already ended": 1}
+    assert Run.objects.get(pk=newcomer.id).status == "queued"

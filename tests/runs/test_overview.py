@@ -29,3 +29,17 @@ def test_last_24h_counts_by_hour_status_reason_and_latency(make_run, run_in):
     assert dict(numbers.reasons) == {"completed": 1, "provider_failed": 2, "cancelled": 2}
     assert numbers.latency_count == 1 and dict(numbers.latency)["≤50 ms"] == 1
     assert numbers.settled_at_once == {"queued": 1, "retired": 0}
+
+
+def test_windows_bucket_status_and_reasons_over_time(run_in):
+    now = timezone.now()
+    recent, older = run_in("failed"), run_in("completed")
+    Run.objects.filter(pk=older.id).update(created_at=now - timedelta(days=3))
+    week = overview.for_window("7d", now)
+    assert len(week.buckets) == 28 and week.window.bucket == timedelta(hours=6)
+    by_reason = {start: reasons for start, _, reasons in week.buckets if reasons}
+    assert sorted(r for reasons in by_reason.values() for r in reasons) == ["completed", "provider_failed"]
+    assert len(by_reason) == 2  # in two different buckets: reasons over time, not only totals
+    hour = overview.for_window("1h", now)
+    assert len(hour.buckets) == 12 and dict(hour.reasons) == {"provider_failed": 1}
+    assert sum(hour.buckets[-1][1].values()) == 1 and recent
