@@ -26,7 +26,7 @@ def drop(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ("runs", "0006_waiting_runs_release"),
+        ("runs", "0009_input_delivery"),
     ]
 
     operations = [migrations.RunPython(create, drop)]
