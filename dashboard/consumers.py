@@ -20,7 +20,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.http import QueryDict
 
-from dashboard import fragments, listing, logs, runview
+from dashboard import accounts, fragments, listing, logs, runview
 from runs import groups, metrics
 
 log = logging.getLogger(__name__)
@@ -117,6 +117,10 @@ class LiveConsumer(AsyncWebsocketConsumer):
         self.counted = True
 
     async def refuse(self, code):
+        """Accept, then close with `code`: a close before the handshake is an HTTP 403
+        that the browser reports as 1006 and htmx retries forever; a 4xxx close code
+        reaches the page (which says why) and is not retried."""
+        await AsyncWebsocketConsumer.accept(self)
         await self.close(code=code)
 
     async def dispatch(self, message):
@@ -133,6 +137,20 @@ class LiveConsumer(AsyncWebsocketConsumer):
 
     async def receive(self, text_data=None, bytes_data=None):
         """Viewers only listen; actions are POSTs with CSRF and permission checks."""
+
+    async def join(self, *groups_):
+        """Join the given groups and those that end this socket with its session."""
+        session = self.scope.get("session")
+        account = [accounts.user_group(self.scope["user"].pk)]
+        if session is not None and session.session_key:
+            account.append(accounts.session_group(session.session_key))
+        self.joined = [*groups_, *account]
+        for group in self.joined:
+            await self.channel_layer.group_add(group, self.channel_name)
+
+    async def session_ended(self, message):
+        """Logged out, made inactive or deleted: no more run data on this socket."""
+        await self.close(code=CLOSE_FORBIDDEN)
 
     def start_ticker(self):
         self.ticker = asyncio.ensure_future(self.refresh_heartbeats())
@@ -175,8 +193,7 @@ class RunListConsumer(LiveConsumer):
         self.first_page = query.get("page", "1") == "1"
         since = int_param(query, "since")
         self.coalescer = Coalescer(LIST_INTERVAL_S, self.flush)
-        self.joined = [groups.LIST_GROUP]
-        await self.channel_layer.group_add(groups.LIST_GROUP, self.channel_name)
+        await self.join(groups.LIST_GROUP)
         logs.layer_answered()
         await self.accept()
         self.start_ticker()
@@ -216,8 +233,7 @@ class RunDetailConsumer(LiveConsumer):
         self.length = int_param(query, "offset") or 0
         self.resync_asked = 0.0
         self.coalescer = Coalescer(DETAIL_INTERVAL_S, self.flush)
-        self.joined = [groups.viewers(self.run_id)]
-        await self.channel_layer.group_add(self.joined[0], self.channel_name)
+        await self.join(groups.viewers(self.run_id))
         logs.layer_answered()
         await self.accept()
         self.start_ticker()
@@ -276,3 +292,13 @@ class RunDetailConsumer(LiveConsumer):
         await self.channel_layer.group_send(
             groups.control(self.run_id), {"type": "run.resync", "reply_channel": self.channel_name}
         )
+
+
+class UnknownPath(AsyncWebsocketConsumer):
+    """Any other `/ws/…` path: closed with 4404 and one log line (the router would
+    answer 500 with a traceback)."""
+
+    async def connect(self):
+        log.warning("websocket: no route for %s", self.scope.get("path", "?"))
+        await self.accept()
+        await self.close(code=CLOSE_NOT_FOUND)

@@ -52,12 +52,26 @@
   document.addEventListener("htmx:wsClose", function (e) {
     // A socket replaced by a reconnect may report its close after the new one opened.
     if (live.socket && e.detail.event.target !== live.socket) return;
-    if (live.paused) return setState("paused", "paused (tab hidden)");
     var code = e.detail.event.code;
-    if (code === 4403) return setState("off", "not allowed: log in again");
-    if (code === 4404) return setState("off", "run not found");
+    live.lastClose = code;
+    // 4403 (logged out, not allowed) and 4404 (no such run) are answers, not outages:
+    // htmx does not retry a 4xxx close, and neither does showing the tab again.
+    if (code === 4403 || code === 4404) live.refused = true;
+    if (code === 4403) return refusedLogIn();
+    if (code === 4404) return setState("refused", "run not found");
+    if (live.paused) return setState("paused", "paused (tab hidden)");
     setState("off", "reconnecting…");
   });
+
+  function refusedLogIn() {
+    setState("refused", "not allowed: ");
+    var link = document.createElement("a");
+    var state = document.getElementById("live-state");
+    link.href = (state.dataset.login || "/accounts/login/") + "?next=" + encodeURIComponent(location.pathname + location.search);
+    link.textContent = "log in again";
+    link.dataset.testid = "log-in-again";
+    state.appendChild(link);
+  }
 
   document.addEventListener("visibilitychange", function () {
     if (!live.wrapper) return;
@@ -66,7 +80,7 @@
       if (live.socket && live.socket.readyState <= 1) live.socket.close(1000, "tab hidden");
     } else if (live.paused) {
       live.paused = false;
-      live.wrapper.reconnect();
+      if (!live.refused) live.wrapper.reconnect();
     }
   });
 

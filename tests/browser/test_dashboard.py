@@ -231,8 +231,8 @@ def test_a_socket_without_a_session_is_refused(browser, live_server_url, fleet, 
     run = new_running_run(fleet)
     opener = """(url) => new Promise((resolve) => {
         const ws = new WebSocket(url);
-        ws.onopen = () => { resolve('open'); ws.close(); };
-        ws.onclose = (e) => resolve('closed');
+        ws.onopen = () => setTimeout(() => { resolve('open'); ws.close(); }, 500);
+        ws.onclose = (e) => resolve('closed ' + e.code);
     })"""
     ws_base = live_server_url.replace("http://", "ws://")
     anonymous = browser.new_context()
@@ -240,7 +240,7 @@ def test_a_socket_without_a_session_is_refused(browser, live_server_url, fleet, 
         stranger = anonymous.new_page()
         stranger.goto(live_server_url + "/accounts/login/")
         for path in ("/ws/runs/", f"/ws/runs/{run.id}/"):
-            assert stranger.evaluate(opener, ws_base + path) == "closed"
+            assert stranger.evaluate(opener, ws_base + path) == "closed 4403"
     finally:
         anonymous.close()
     # The same socket opens with a session: the refusal above is about the session.

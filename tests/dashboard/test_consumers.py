@@ -71,43 +71,7 @@ async def progress(run, step, offset, text, **extra):
     )
 
 
-# --- refusals ------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("path", ["/ws/runs/", "/ws/runs/00000000-0000-0000-0000-000000000000/"])
-async def test_socket_without_a_session_is_refused(path):
-    ws = communicator(path, ORIGIN)
-    ok, code = await ws.connect(timeout=TIMEOUT)
-    assert not ok and code == 4403
-
-
-async def test_socket_from_a_foreign_origin_is_refused(operator):
-    headers = await database_sync_to_async(session_headers)(operator)
-    foreign = [(b"origin", b"http://evil.example")] + [h for h in headers if h[0] != b"origin"]
-    ws = communicator("/ws/runs/", foreign)
-    ok, _code = await ws.connect(timeout=TIMEOUT)
-    assert not ok
-
-
-async def test_socket_without_an_origin_is_refused(operator):
-    headers = await database_sync_to_async(session_headers)(operator)
-    ws = communicator("/ws/runs/", [h for h in headers if h[0] != b"origin"])
-    ok, _code = await ws.connect(timeout=TIMEOUT)
-    assert not ok
-
-
-async def test_socket_without_view_permission_is_refused(stranger):
-    run = await running_run()
-    headers = await database_sync_to_async(session_headers)(stranger)
-    for path in ("/ws/runs/", f"/ws/runs/{run.id}/"):
-        ok, code = await communicator(path, headers).connect(timeout=TIMEOUT)
-        assert not ok and code == 4403
-
-
-async def test_socket_for_an_unknown_run_is_refused(operator):
-    headers = await database_sync_to_async(session_headers)(operator)
-    ok, code = await communicator("/ws/runs/00000000-0000-0000-0000-000000000000/", headers).connect(timeout=TIMEOUT)
-    assert not ok and code == 4404
+# --- who may watch (refusals, origins, logout: test_consumers_access.py) -------------------------
 
 
 async def test_watcher_may_watch_but_gets_no_buttons(watcher):

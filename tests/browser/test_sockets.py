@@ -1,0 +1,65 @@
+"""A live page whose socket is refused or ended says why, offers the way back, and
+does not retry what retrying cannot fix."""
+
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from runs.models import Run
+from tests.browser.test_dashboard import log_in, make_user, new_running_run, wait_live
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+# htmx retries a dropped socket within about a second (full jitter, 1 s cap for the
+# first retry); waiting a few times that shows that none is made. An absence cannot be
+# awaited as an event.
+NO_RETRY_WINDOW_MS = 3000
+
+
+def count_sockets(page):
+    opened = []
+    page.on("websocket", lambda ws: opened.append(ws.url))
+    return opened
+
+
+def test_logging_out_elsewhere_closes_the_socket_and_the_page_says_log_in_again(page, context, live_server_url, fleet):
+    make_user("op", "view_run", "cancel_run")
+    run = new_running_run(fleet, title="watched until logout")
+    log_in(page, live_server_url, "op")
+    opened = count_sockets(page)
+    page.goto(f"{live_server_url}/runs/{run.id}/")
+    wait_live(page)
+
+    other = context.new_page()  # another tab of the same browser: the same session
+    other.goto(live_server_url + "/")
+    other.get_by_role("button", name="Log out").click()
+    expect(other).to_have_url(re.compile(r"/accounts/login/|/$"))
+
+    state = page.locator("#live-state")
+    expect(state).to_contain_text("log in again")
+    link = page.get_by_test_id("log-in-again")
+    expect(link).to_have_attribute("href", f"/accounts/login/?next=%2Fruns%2F{run.id}%2F")
+    assert page.evaluate("window.runwardenLive.lastClose") == 4403
+    sockets = len(opened)
+    page.wait_for_timeout(NO_RETRY_WINDOW_MS)
+    assert len(opened) == sockets, "the page kept reconnecting after it was told to log in again"
+    expect(state).to_contain_text("log in again")
+
+    link.click()
+    expect(page).to_have_url(re.compile(r"/accounts/login/\?next="))
+
+
+def test_a_run_that_is_gone_says_run_not_found_and_is_not_retried(page, live_server_url, fleet):
+    make_user("op", "view_run", "cancel_run")
+    run = new_running_run(fleet, title="about to vanish")
+    log_in(page, live_server_url, "op")
+    opened = count_sockets(page)
+    page.goto(f"{live_server_url}/runs/{run.id}/")
+    wait_live(page)
+    fleet.call(lambda: Run.objects.filter(pk=run.pk).delete())
+    page.evaluate("window.runwardenLive.wrapper.reconnect()")
+    expect(page.locator("#live-state")).to_have_text("run not found")
+    assert page.evaluate("window.runwardenLive.lastClose") == 4404
+    sockets = len(opened)
+    page.wait_for_timeout(NO_RETRY_WINDOW_MS)
+    assert len(opened) == sockets
