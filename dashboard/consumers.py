@@ -82,7 +82,11 @@ def current_cursor(run_id):
 changed_since = database_sync_to_async(listing.changed_since)
 
 
-render_update = database_sync_to_async(runview.render_update)
+@database_sync_to_async
+def render_update(run_id, access, *, after_seq, steps_known):
+    """runview.render_update's answer and the run's retire clock, or None."""
+    update = runview.render_update(run_id, access, after_seq=after_seq, steps_known=steps_known)
+    return None if update is None else (*update, runview.retire_clock(update[3]))
 heartbeat_cells = database_sync_to_async(runview.heartbeat_cells)
 
 
@@ -177,6 +181,8 @@ class LiveConsumer(AsyncWebsocketConsumer):
             self.coalescer.cancel()
         if self.ticker is not None:
             self.ticker.cancel()
+        if getattr(self, "retire_timer", None) is not None:
+            self.retire_timer.cancel()
         for group in getattr(self, "joined", ()):
             await self.channel_layer.group_discard(group, self.channel_name)
 
@@ -215,6 +221,9 @@ class RunListConsumer(LiveConsumer):
 class RunDetailConsumer(LiveConsumer):
     """`/ws/runs/<uuid>/?seq=&steps=&step=&offset=`: one run, live, from where the page is."""
 
+    retire_timer = None
+    retire_shown = False
+
     async def connect(self):
         self.run_id = str(self.scope["url_route"]["kwargs"]["run_id"])
         self.access = await viewer_access(self.scope["user"])
@@ -239,21 +248,36 @@ class RunDetailConsumer(LiveConsumer):
         self.start_ticker()
         if (self.seq, self.steps_known) != (cursor.seq, cursor.steps):
             self.coalescer.add(self.run_id)
+        self.follow_clock(cursor.clock)
         if not cursor.terminal:
             await self.ask_resync()
+
+    def follow_clock(self, clock):
+        """Retire is offered when a cancel has waited past its grace or the heartbeat
+        went stale: a clock, not an event. Re-render the actions when it strikes."""
+        self.retire_shown, due = clock
+        if self.retire_timer is not None:
+            self.retire_timer.cancel()
+            self.retire_timer = None
+        if due is not None and self.access.can_cancel:
+            loop = asyncio.get_running_loop()
+            self.retire_timer = loop.call_later(due + 0.05, self.coalescer.add, self.run_id)
 
     async def run_changed(self, message):
         self.coalescer.add(self.run_id)
 
     def heartbeat_parts(self, cells):
         cell = None if self.terminal else cells.get(self.run_id)
+        if cell and runview.STUCK_MARK in cell and not self.retire_shown and self.access.can_cancel:
+            self.coalescer.add(self.run_id)  # stuck now: the actions offer Retire
         return [cell] if cell else []
 
     async def flush(self, _keys):
         update = await render_update(self.run_id, self.access, after_seq=self.seq, steps_known=self.steps_known)
         if update is None:
             return
-        html, self.seq, self.steps_known, run = update
+        html, self.seq, self.steps_known, run, clock = update
+        self.follow_clock(clock)
         if run.is_terminal and not self.terminal:
             html += fragments.outcome_settled(run)
         self.terminal = run.is_terminal

@@ -44,11 +44,18 @@ def is_stuck(run, now=None):
 
 
 def cancel_unhonoured(run, now=None):
-    """A cancel asked longer ago than RUNWARDEN_CANCEL_GRACE_S and still not settled."""
+    """A cancel asked longer ago than RUNWARDEN_CANCEL_GRACE_S, or escalated by the
+    watchdog already, and still not settled."""
     if not run.is_cancelling or run.status not in Run.LIVE:
         return False
-    grace = timedelta(seconds=settings.RUNWARDEN_CANCEL_GRACE_S)
-    return (now or timezone.now()) - run.cancel_requested_at > grace
+    if run.cancel_escalated_at is not None:
+        return True
+    return (now or timezone.now()) > unhonoured_at(run)
+
+
+def unhonoured_at(run):
+    """When a pending cancel counts as not honoured (Retire is offered from then on)."""
+    return run.cancel_requested_at + timedelta(seconds=settings.RUNWARDEN_CANCEL_GRACE_S)
 
 
 def buttons(run, access):
@@ -163,17 +170,37 @@ class Cursor:
     seq: int
     steps: int
     terminal: bool
+    clock: tuple  # retire_clock(run): for a viewer to re-render when Retire is offered
 
 
 def get_run_cursor(run_id):
     """Where the run stands (last event seq, committed steps), or None if unknown."""
-    row = Run.objects.filter(pk=run_id).values("event_seq", "steps", "status").first()
-    if row is None:
+    run = (Run.objects.filter(pk=run_id)
+           .only("id", "event_seq", "steps", "status", "cancel_requested_at", "cancel_escalated_at",
+                 "heartbeat_at", "worker")
+           .first())
+    if run is None:
         return None
-    return Cursor(seq=row["event_seq"], steps=row["steps"], terminal=row["status"] in Run.TERMINAL)
+    return Cursor(seq=run.event_seq, steps=run.steps, terminal=run.is_terminal, clock=retire_clock(run))
+
+
+def retire_clock(run, now=None):
+    """(whether Retire is offered now, seconds until the clock alone offers it or None)
+    for a viewer who may change runs."""
+    offered = run.status in Run.LIVE and (is_stuck(run, now) or cancel_unhonoured(run, now))
+    return offered, retire_due(run, now)
+
+
+def retire_due(run, now=None):
+    """Seconds until Retire is offered for a pending cancel by the clock alone (no event
+    says so), or None when it is offered already or will not be by the clock."""
+    if not run.is_cancelling or run.status not in Run.LIVE or cancel_unhonoured(run, now):
+        return None
+    return max(0.0, (unhonoured_at(run) - (now or timezone.now())).total_seconds())
 
 
 _heartbeats = {"at": 0.0, "cells": {}}
+STUCK_MARK = '<span class="tag alert">stuck</span>'  # as _heartbeat.html writes it
 HEARTBEATS_TTL_S = 1.0
 HEARTBEATS_LIMIT = 500
 

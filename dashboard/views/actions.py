@@ -109,8 +109,11 @@ def approve(request, run_id):
         return answer(request, None, 404, "error", "No such run.")
     approved = request.POST.get("decision") == "approve"
     if transitions.resume(run_id, by=request.user, answer={"approved": approved}):
-        word = "Approved" if approved else "Denied"
-        return answer(request, run_id, 200, "success", f"{word}. The run goes on with that answer.")
+        if approved:
+            return answer(request, run_id, 200, "success", "Approved. The run goes on with that answer.")
+        # A denial ends the run (failed / approval denied) once its worker reads it.
+        return answer(request, run_id, 200, "warning", "Denied. The run ends as failed (approval denied) "
+                      "when its worker reads the answer.")
     return answer(request, run_id, 409, "warning", "Not applied: the run is no longer waiting for approval "
                   "(someone else may have answered first).")
 

@@ -118,6 +118,34 @@
     }
   });
 
+  // A live re-render of the actions must not eat what the operator is typing (an input
+  // for the run, a note): carry typed values and focus into the fresh copy.
+  document.addEventListener("htmx:oobBeforeSwap", function (e) {
+    var target = e.detail.target;
+    if (!target || target.id !== "run-actions") return;
+    var focused = document.activeElement && target.contains(document.activeElement) ? document.activeElement.name : null;
+    target.querySelectorAll("textarea[name], input[name]:not([type=hidden])").forEach(function (field) {
+      if (!field.value) return;
+      var twin = e.detail.fragment.querySelector ? e.detail.fragment.querySelector('[name="' + field.name + '"]') : null;
+      if (!twin) return;
+      if (twin.tagName === "TEXTAREA") twin.textContent = field.value;
+      else twin.setAttribute("value", field.value);
+    });
+    live.refocus = focused;
+  });
+  document.addEventListener("htmx:oobAfterSwap", function (e) {
+    if (!e.detail.target || !live.refocus) return;
+    var field = document.querySelector('#run-actions [name="' + live.refocus + '"]');
+    live.refocus = null;
+    if (field) field.focus();
+  });
+
+  // A form in a dialog has been answered (into #outcome): the dialog has done its job.
+  document.addEventListener("htmx:afterRequest", function (e) {
+    var dialog = e.target.closest && e.target.closest("dialog");
+    if (dialog && dialog.open) dialog.close();
+  });
+
   // Ages and running durations tick in the browser; the server sends the instants.
   function span(seconds) {
     seconds = Math.max(0, Math.floor(seconds));

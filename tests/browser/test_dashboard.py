@@ -166,7 +166,7 @@ def test_abort_confirm_cancelling_then_cancelled_live_and_the_list_follows(page,
     expect(page.get_by_test_id("outcome")).to_contain_text("Cancel requested")
     expect(page.get_by_test_id("abort-button")).to_be_disabled()
     expect(page.get_by_test_id("run-status")).to_have_text("running")
-    expect(page.locator("#run-header")).to_contain_text("cancelling…")
+    expect(page.locator("#run-header")).to_contain_text("Aborting…")
     expect(list_page.locator(f'[data-run-id="{run.id}"]')).to_contain_text("cancelling…")
 
     go.set()  # the worker reaches its checkpoint
@@ -175,8 +175,9 @@ def test_abort_confirm_cancelling_then_cancelled_live_and_the_list_follows(page,
     expect(page.get_by_test_id("run-status")).to_have_text("cancelled", timeout=20_000)
     assert worker.result(20) is True
     expect(list_badge).to_have_text("cancelled", timeout=20_000)
-    expect(page.locator("#run-header")).not_to_contain_text("cancelling…")
-    expect(page.get_by_test_id("outcome")).to_contain_text("The run has ended: cancelled")
+    expect(page.locator("#run-header")).not_to_contain_text("Aborting…")
+    expect(page.get_by_test_id("ended")).to_contain_text("The run has ended: cancelled")
+    expect(page.get_by_test_id("outcome")).to_contain_text("Cancel requested")  # the answer stays
     expect(page.get_by_test_id("abort-button")).to_have_count(0)
     expect(page.locator("#timeline")).to_contain_text("runaway loop")
     assert_not_reloaded(page)

@@ -79,7 +79,7 @@ async def test_watcher_may_watch_but_gets_no_buttons(watcher):
     ws = await connected(f"/ws/runs/{run.id}/", watcher)
     await request_cancel(run.id, by="someone")
     text = await frame_with(ws, 'id="run-header"')
-    assert "cancelling…" in text and 'data-testid="abort-button"' not in text and "Read-only" in text
+    assert "Aborting…" in text and 'data-testid="abort-button"' not in text and "Read-only" in text
     await ws.disconnect()
 
 
@@ -233,15 +233,16 @@ async def test_cancel_shows_cancelling_then_cancelled_live(operator):
     ws = await connected(f"/ws/runs/{run.id}/", operator)
     await request_cancel(run.id, by="op", note="enough")
     text = await frame_with(ws, 'id="run-header"')
-    assert 'data-testid="run-status">running<' in text and "cancelling…" in text
+    assert 'data-testid="run-status">running<' in text and "Aborting…" in text
     assert 'data-testid="abort-button"' in text and "disabled" in text
     assert 'class="event k-cancel_requested"' in text and "enough" in text
     await settle(run.id, status="cancelled", reason="cancelled", worker="w1")
     text = await frame_with(ws, 'data-testid="run-status">cancelled<')
-    assert "cancelling…" not in text and 'data-testid="abort-button"' not in text
+    assert "Aborting…" not in text and 'data-testid="abort-button"' not in text
     assert 'id="inflight" class="inflight idle"' in text  # the discarded step is gone
-    # The "cancel requested" answer is replaced by what really happened.
-    assert 'id="outcome"' in text and "The run has ended: cancelled at " in text
+    # Said beside the answers to actions (#outcome), never instead of them.
+    assert 'id="ended"' in text and "The run has ended: cancelled at " in text
+    assert 'id="outcome"' not in text
     await ws.disconnect()
 
 
