@@ -165,6 +165,22 @@
   }
   setInterval(tick, 1000);
 
+  // Pages refreshed by polling (triage, audit): an element with data-poll="<s>" gets
+  // htmx's "poll" event every <s> seconds while its tab is shown and nobody is picking
+  // runs in it (a refresh would drop the selection).
+  setInterval(function () {
+    if (document.hidden) return;
+    var now = Date.now();
+    document.querySelectorAll("[data-poll]").forEach(function (el) {
+      var every = 1000 * Number(el.dataset.poll);
+      if (!el.polledAt) el.polledAt = now; // a fresh copy waits a whole period
+      if (!every || now - el.polledAt < every) return;
+      if (el.querySelector("input:checked") || el.contains(document.activeElement)) return;
+      el.polledAt = now;
+      htmx.trigger(el, "poll");
+    });
+  }, 1000);
+
   // Dialogs and confirmations, without inline scripts.
   document.addEventListener("click", function (e) {
     var asking = e.target.closest("[data-confirm]");

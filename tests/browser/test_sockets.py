@@ -63,3 +63,26 @@ def test_a_run_that_is_gone_says_run_not_found_and_is_not_retried(page, live_ser
     sockets = len(opened)
     page.wait_for_timeout(NO_RETRY_WINDOW_MS)
     assert len(opened) == sockets
+
+
+# --- triage and audit refresh by polling -------------------------------------------------------
+
+
+def test_triage_and_audit_update_by_themselves(page, live_server_url, fleet):
+    from runs import transitions
+
+    make_user("op", "view_run", "cancel_run")
+    log_in(page, live_server_url, "op")
+    page.goto(live_server_url + "/triage/")
+    expect(page.get_by_test_id("refreshed")).to_be_visible()
+    page.evaluate("window.__noReload = true")
+    run = new_running_run(fleet, title="asks before it acts")
+    assert fleet.call(transitions.suspend, run.id, worker="w-test", status="waiting_for_approval", request={"tool": "rm"})
+    expect(page.get_by_test_id("triage-approval")).to_contain_text("asks before it acts")
+    assert page.evaluate("window.__noReload") is True
+
+    page.goto(live_server_url + "/audit/")
+    page.evaluate("window.__noReload = true")
+    fleet.call(transitions.request_cancel, run.id, by="alice", note="seen in triage")
+    expect(page.get_by_test_id("audit")).to_contain_text("seen in triage")
+    assert page.evaluate("window.__noReload") is True
