@@ -31,6 +31,14 @@ RESYNC_EVERY_S = 1.0
 HEARTBEAT_REFRESH_S = 2.0  # heartbeats are not events; viewers re-read them on a clock
 CLOSE_FORBIDDEN = 4403
 CLOSE_NOT_FOUND = 4404
+# The channel layer is checked end to end: each socket sends itself a probe through it
+# every PROBE_EVERY_S. No echo for STALE_AFTER_S: the page is told it may be missing
+# updates; the first echo after that closes the socket with 1012 ("service restart"),
+# which the page answers by reconnecting with its cursor, so it catches up from the
+# database (the layer is best effort; the database is the truth).
+PROBE_EVERY_S = 2.0
+STALE_AFTER_S = 5.0
+CLOSE_RESYNC = 1012
 
 
 class Coalescer:
@@ -158,6 +166,26 @@ class LiveConsumer(AsyncWebsocketConsumer):
 
     def start_ticker(self):
         self.ticker = asyncio.ensure_future(self.refresh_heartbeats())
+        self.echoed_at, self.stale = asyncio.get_running_loop().time(), False
+        self.prober = asyncio.ensure_future(self.probe_layer())
+
+    async def probe_layer(self):
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(PROBE_EVERY_S)  # a clock: the probe's echo is the event
+            try:
+                await asyncio.wait_for(self.channel_layer.send(self.channel_name, {"type": "layer.probe"}),
+                                       PROBE_EVERY_S)
+            except Exception:  # noqa: BLE001 - the layer is away; the missing echo says so below
+                pass
+            if not self.stale and loop.time() - self.echoed_at > STALE_AFTER_S:
+                self.stale = True
+                await self.send(text_data=fragments.live_state_stale())
+
+    async def layer_probe(self, message):
+        self.echoed_at = asyncio.get_running_loop().time()
+        if self.stale:  # back: whatever was published meanwhile is lost to this socket
+            await self.close(code=CLOSE_RESYNC)
 
     async def refresh_heartbeats(self):
         while True:
@@ -181,6 +209,8 @@ class LiveConsumer(AsyncWebsocketConsumer):
             self.coalescer.cancel()
         if self.ticker is not None:
             self.ticker.cancel()
+        if getattr(self, "prober", None) is not None:
+            self.prober.cancel()
         if getattr(self, "retire_timer", None) is not None:
             self.retire_timer.cancel()
         for group in getattr(self, "joined", ()):

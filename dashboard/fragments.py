@@ -41,3 +41,8 @@ def outcome_settled(run):
         message += f" at {run.finished_at:%H:%M:%S}"
     level = {"completed": "success", "failed": "error", "cancelled": "success"}.get(run.status, "info")
     return render_to_string("runs/detail.html#ended", {"message": message + ".", "level": level, "oob": True})
+
+
+def live_state_stale():
+    """The page's live badge: updates may have been missed (the channel layer is away)."""
+    return render_to_string("runs/_live_state.html", {"state": "stale", "text": "reconnecting… (updates may be missing)"})

@@ -86,3 +86,67 @@ def test_triage_and_audit_update_by_themselves(page, live_server_url, fleet):
     fleet.call(transitions.request_cancel, run.id, by="alice", note="seen in triage")
     expect(page.get_by_test_id("audit")).to_contain_text("seen in triage")
     assert page.evaluate("window.__noReload") is True
+
+
+# --- a channel-layer outage ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def proxied_server(live_server_url, django_db_blocker):
+    """A second daphne whose Redis is behind a TcpProxy (the shared Redis is never
+    stopped: the proxy is cut instead). The test process keeps the real Redis, so what
+    it publishes during a cut is lost to this server, as in an outage."""
+    from functools import partial
+
+    from channels.layers import channel_layers
+    from channels.testing.live import make_application
+    from daphne.testing import DaphneProcess
+    from django.conf import settings
+    from django.db import connections
+
+    from tests.browser.conftest import REDIS_URL
+    from tests.faults import TcpProxy
+
+    proxy = TcpProxy(int(REDIS_URL.rsplit(":", 1)[1].split("/")[0])).start()
+    shared = settings.CHANNEL_LAYERS
+    settings.CHANNEL_LAYERS = {"default": {**shared["default"],
+                                           "CONFIG": {**shared["default"]["CONFIG"], "hosts": [proxy.url(REDIS_URL)]}}}
+    channel_layers.backends.clear()
+    try:
+        with django_db_blocker.unblock():
+            connections.close_all()
+            server = DaphneProcess("127.0.0.1", partial(make_application, static_wrapper=None))
+            server.start()
+            assert server.ready.wait(timeout=20), "daphne did not start"
+    finally:
+        settings.CHANNEL_LAYERS = shared
+        channel_layers.backends.clear()
+    yield f"http://127.0.0.1:{server.port.value}", proxy
+    server.terminate()
+    server.join(10)
+    proxy.stop()
+
+
+def test_after_a_layer_outage_the_page_says_stale_then_resyncs_from_the_database(page, fleet, proxied_server):
+    from runs import transitions
+
+    base, proxy = proxied_server
+    make_user("op", "view_run", "cancel_run")
+    run = new_running_run(fleet, title="cancelled while the layer was away")
+    log_in(page, base, "op")
+    page.goto(f"{base}/runs/{run.id}/")
+    wait_live(page)
+    page.evaluate("window.__noReload = true")
+    state = page.locator("#live-state")
+
+    proxy.cut()
+    expect(state).to_have_attribute("data-state", "stale")
+    expect(state).to_contain_text("updates may be missing")
+    retire = getattr(transitions, "retire", None) or transitions.force_cancel
+    assert fleet.call(retire, run.id, by="op")  # announced on a layer this server cannot hear
+    expect(page.get_by_test_id("run-status")).to_have_text("running")
+
+    proxy.restore()
+    expect(page.get_by_test_id("run-status")).to_have_text("cancelled")
+    expect(state).to_have_text("live")
+    assert page.evaluate("window.__noReload") is True
