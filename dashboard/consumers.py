@@ -159,12 +159,6 @@ class LiveConsumer(AsyncWebsocketConsumer):
         self.joined = [*groups_, *account]
         for group in self.joined:
             await self.channel_layer.group_add(group, self.channel_name)
-        # A group already subscribed in this process joins without a word to Redis; this
-        # send does reach it, so a socket is not accepted on a layer that is away.
-        try:
-            await self.channel_layer.send(self.channel_name, {"type": "layer.probe"})
-        except Exception:  # noqa: BLE001 - once: a pooled connection an outage reset fails on first use
-            await self.channel_layer.send(self.channel_name, {"type": "layer.probe"})
 
     async def session_ended(self, message):
         """Logged out, made inactive or deleted: no more run data on this socket."""
