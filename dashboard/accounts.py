@@ -2,12 +2,22 @@
 
 Without EMAIL_HOST a reset form could only fail (an SMTP traceback per request and no
 mail): its pages answer 404 and the login page does not link to them.
+
+A live page's socket was authenticated once, at its handshake; it would go on
+streaming run data after its session ended. Each socket therefore joins a group for
+its session and one for its user: logging out closes the session's sockets, and a
+user made inactive (or deleted) has all of theirs closed (code 4403, "log in again").
 """
 
+import hashlib
 from functools import wraps
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.contrib.auth import views as auth_views
+from django.contrib.auth.signals import user_logged_out
+from django.db.models.signals import post_delete, post_save
+from django.dispatch import receiver
 from django.http import Http404
 from django.urls import path
 
@@ -24,6 +34,42 @@ def needs_mail(view):
         return view(request, *args, **kwargs)
 
     return wrapper
+
+
+SESSION_ENDED = {"type": "session.ended"}
+
+
+def session_group(session_key):
+    """The group of a session's sockets; the key is hashed (it is a credential, and
+    group names are logged and travel to Redis)."""
+    return "session-" + hashlib.sha256(session_key.encode()).hexdigest()[:40]
+
+
+def user_group(user_id):
+    return f"user-{user_id}"
+
+
+def end_sockets(*groups):
+    from runs import broadcast  # best effort, after the fact: a layer outage must not fail a logout
+
+    broadcast.send_all([(group, SESSION_ENDED) for group in groups])
+
+
+@receiver(user_logged_out, dispatch_uid="runwarden-close-sockets-on-logout")
+def _logged_out(sender, request, user, **kwargs):
+    if request is not None and request.session.session_key:
+        end_sockets(session_group(request.session.session_key))
+
+
+@receiver(post_save, sender=get_user_model(), dispatch_uid="runwarden-close-sockets-of-inactive")
+def _saved(sender, instance, created, **kwargs):
+    if not created and not instance.is_active:
+        end_sockets(user_group(instance.pk))
+
+
+@receiver(post_delete, sender=get_user_model(), dispatch_uid="runwarden-close-sockets-of-deleted")
+def _deleted(sender, instance, **kwargs):
+    end_sockets(user_group(instance.pk))
 
 
 def login(request, *args, **kwargs):

@@ -7,6 +7,7 @@ class DashboardConfig(AppConfig):
     def ready(self):
         from django.db.backends.signals import connection_created
 
+        from dashboard import accounts  # noqa: F401 - its receivers close sockets on logout
         from dashboard.outage import outage
 
         # The first connection that opens after an outage ends it (one log line).

@@ -20,7 +20,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.http import QueryDict
 
-from dashboard import fragments, listing, logs, runview
+from dashboard import accounts, fragments, listing, logs, runview
 from runs import groups, messages, metrics
 
 log = logging.getLogger(__name__)
@@ -31,6 +31,14 @@ RESYNC_EVERY_S = 1.0
 HEARTBEAT_REFRESH_S = 2.0  # heartbeats are not events; viewers re-read them on a clock
 CLOSE_FORBIDDEN = 4403
 CLOSE_NOT_FOUND = 4404
+# The channel layer is checked end to end: each socket sends itself a probe through it
+# every PROBE_EVERY_S. No echo for STALE_AFTER_S: the page is told it may be missing
+# updates; the first echo after that closes the socket with 1012 ("service restart"),
+# which the page answers by reconnecting with its cursor, so it catches up from the
+# database (the layer is best effort; the database is the truth).
+PROBE_EVERY_S = 2.0
+STALE_AFTER_S = 5.0
+CLOSE_RESYNC = 1012
 
 
 class Coalescer:
@@ -82,7 +90,11 @@ def current_cursor(run_id):
 changed_since = database_sync_to_async(listing.changed_since)
 
 
-render_update = database_sync_to_async(runview.render_update)
+@database_sync_to_async
+def render_update(run_id, access, *, after_seq, steps_known):
+    """runview.render_update's answer and the run's retire clock, or None."""
+    update = runview.render_update(run_id, access, after_seq=after_seq, steps_known=steps_known)
+    return None if update is None else (*update, runview.retire_clock(update[3]))
 heartbeat_cells = database_sync_to_async(runview.heartbeat_cells)
 
 
@@ -117,6 +129,10 @@ class LiveConsumer(AsyncWebsocketConsumer):
         self.counted = True
 
     async def refuse(self, code):
+        """Accept, then close with `code`: a close before the handshake is an HTTP 403
+        that the browser reports as 1006 and htmx retries forever; a 4xxx close code
+        reaches the page (which says why) and is not retried."""
+        await AsyncWebsocketConsumer.accept(self)
         await self.close(code=code)
 
     async def dispatch(self, message):
@@ -134,8 +150,42 @@ class LiveConsumer(AsyncWebsocketConsumer):
     async def receive(self, text_data=None, bytes_data=None):
         """Viewers only listen; actions are POSTs with CSRF and permission checks."""
 
+    async def join(self, *groups_):
+        """Join the given groups and those that end this socket with its session."""
+        session = self.scope.get("session")
+        account = [accounts.user_group(self.scope["user"].pk)]
+        if session is not None and session.session_key:
+            account.append(accounts.session_group(session.session_key))
+        self.joined = [*groups_, *account]
+        for group in self.joined:
+            await self.channel_layer.group_add(group, self.channel_name)
+
+    async def session_ended(self, message):
+        """Logged out, made inactive or deleted: no more run data on this socket."""
+        await self.close(code=CLOSE_FORBIDDEN)
+
     def start_ticker(self):
         self.ticker = asyncio.ensure_future(self.refresh_heartbeats())
+        self.echoed_at, self.stale = asyncio.get_running_loop().time(), False
+        self.prober = asyncio.ensure_future(self.probe_layer())
+
+    async def probe_layer(self):
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(PROBE_EVERY_S)  # a clock: the probe's echo is the event
+            try:
+                await asyncio.wait_for(self.channel_layer.send(self.channel_name, {"type": "layer.probe"}),
+                                       PROBE_EVERY_S)
+            except Exception:  # noqa: BLE001 - the layer is away; the missing echo says so below
+                pass
+            if not self.stale and loop.time() - self.echoed_at > STALE_AFTER_S:
+                self.stale = True
+                await self.send(text_data=fragments.live_state_stale())
+
+    async def layer_probe(self, message):
+        self.echoed_at = asyncio.get_running_loop().time()
+        if self.stale:  # back: whatever was published meanwhile is lost to this socket
+            await self.close(code=CLOSE_RESYNC)
 
     async def refresh_heartbeats(self):
         while True:
@@ -159,6 +209,10 @@ class LiveConsumer(AsyncWebsocketConsumer):
             self.coalescer.cancel()
         if self.ticker is not None:
             self.ticker.cancel()
+        if getattr(self, "prober", None) is not None:
+            self.prober.cancel()
+        if getattr(self, "retire_timer", None) is not None:
+            self.retire_timer.cancel()
         for group in getattr(self, "joined", ()):
             await self.channel_layer.group_discard(group, self.channel_name)
 
@@ -178,8 +232,7 @@ class RunListConsumer(LiveConsumer):
         since = int_param(query, "since")
         bounds = {name: listing.decode_cursor(query.get(name, "")) for name in ("oldest", "newest")}
         self.coalescer = Coalescer(LIST_INTERVAL_S, self.flush)
-        self.joined = [groups.LIST_GROUP]
-        await self.channel_layer.group_add(groups.LIST_GROUP, self.channel_name)
+        await self.join(groups.LIST_GROUP)
         logs.layer_answered()
         await self.accept()
         self.start_ticker()
@@ -201,6 +254,9 @@ class RunListConsumer(LiveConsumer):
 class RunDetailConsumer(LiveConsumer):
     """`/ws/runs/<uuid>/?seq=&steps=&step=&offset=`: one run, live, from where the page is."""
 
+    retire_timer = None
+    retire_shown = False
+
     async def connect(self):
         self.run_id = str(self.scope["url_route"]["kwargs"]["run_id"])
         self.access = await viewer_access(self.scope["user"])
@@ -219,28 +275,42 @@ class RunDetailConsumer(LiveConsumer):
         self.length = int_param(query, "offset") or 0
         self.resync_asked = 0.0
         self.coalescer = Coalescer(DETAIL_INTERVAL_S, self.flush)
-        self.joined = [groups.viewers(self.run_id)]
-        await self.channel_layer.group_add(self.joined[0], self.channel_name)
+        await self.join(groups.viewers(self.run_id))
         logs.layer_answered()
         await self.accept()
         self.start_ticker()
         if (self.seq, self.steps_known) != (cursor.seq, cursor.steps):
             self.coalescer.add(self.run_id)
+        self.follow_clock(cursor.clock)
         if not cursor.terminal:
             await self.ask_resync()
+
+    def follow_clock(self, clock):
+        """Retire is offered when a cancel has waited past its grace or the heartbeat
+        went stale: a clock, not an event. Re-render the actions when it strikes."""
+        self.retire_shown, due = clock
+        if self.retire_timer is not None:
+            self.retire_timer.cancel()
+            self.retire_timer = None
+        if due is not None and self.access.can_cancel:
+            loop = asyncio.get_running_loop()
+            self.retire_timer = loop.call_later(due + 0.05, self.coalescer.add, self.run_id)
 
     async def run_changed(self, message):
         self.coalescer.add(self.run_id)
 
     def heartbeat_parts(self, cells):
         cell = None if self.terminal else cells.get(self.run_id)
+        if cell and runview.STUCK_MARK in cell and not self.retire_shown and self.access.can_cancel:
+            self.coalescer.add(self.run_id)  # stuck now: the actions offer Retire
         return [cell] if cell else []
 
     async def flush(self, _keys):
         update = await render_update(self.run_id, self.access, after_seq=self.seq, steps_known=self.steps_known)
         if update is None:
             return
-        html, self.seq, self.steps_known, run = update
+        html, self.seq, self.steps_known, run, clock = update
+        self.follow_clock(clock)
         if run.is_terminal and not self.terminal:
             html += fragments.outcome_settled(run)
         self.terminal = run.is_terminal
@@ -279,3 +349,13 @@ class RunDetailConsumer(LiveConsumer):
         await self.channel_layer.group_send(
             groups.control(self.run_id), messages.resync(self.channel_name)
         )
+
+
+class UnknownPath(AsyncWebsocketConsumer):
+    """Any other `/ws/…` path: closed with 4404 and one log line (the router would
+    answer 500 with a traceback)."""
+
+    async def connect(self):
+        log.warning("websocket: no route for %s", self.scope.get("path", "?"))
+        await self.accept()
+        await self.close(code=CLOSE_NOT_FOUND)

@@ -33,11 +33,16 @@ def inflight_append(text, *, tools=None):
 
 
 def outcome_settled(run):
-    """Replaces an action's answer ("cancel requested…") once the run has really ended."""
+    """Says the run has ended, beside (never instead of) the answers to actions."""
     message = f"The run has ended: {run.get_status_display()}"
     if run.reason_label and run.reason_label != run.get_status_display():
         message += f" ({run.reason_label})"
     if run.finished_at:
         message += f" at {run.finished_at:%Y-%m-%d %H:%M:%S} UTC"  # plain text: no <time> for times.js here
     level = {"completed": "success", "failed": "error", "cancelled": "success"}.get(run.status, "info")
-    return render_to_string("runs/detail.html#outcome", {"message": message + ".", "level": level, "oob": True})
+    return render_to_string("runs/detail.html#ended", {"message": message + ".", "level": level, "oob": True})
+
+
+def live_state_stale():
+    """The page's live badge: updates may have been missed (the channel layer is away)."""
+    return render_to_string("runs/_live_state.html", {"state": "stale", "text": "reconnecting… (updates may be missing)"})

@@ -1,7 +1,7 @@
 """WebSocket routes: the dashboard's behind the session and an Origin check; the agent
 control channel (`ws/agent/…`, key-authenticated, no Origin: agents are not browsers)
 outside it. The Origin check accepts ALLOWED_HOSTS and the proxy's public origins
-(CSRF_TRUSTED_ORIGINS)."""
+(CSRF_TRUSTED_ORIGINS), on scheme, host and port (see `dashboard.origins`)."""
 
 from channels.auth import AuthMiddlewareStack
 from channels.routing import URLRouter
@@ -14,6 +14,7 @@ from runs.api.routing import agent_websocket_urlpatterns
 websocket_urlpatterns = [
     path("ws/runs/", consumers.RunListConsumer.as_asgi()),
     path("ws/runs/<uuid:run_id>/", consumers.RunDetailConsumer.as_asgi()),
+    re_path(r"", consumers.UnknownPath.as_asgi()),  # last: anything else is "not found", not a 500
 ]
 
 websocket_application = URLRouter([

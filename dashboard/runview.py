@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass
 
 from django.template.loader import render_to_string
+from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
@@ -32,6 +33,14 @@ class Access:
     @classmethod
     def of(cls, user):
         return cls(can_cancel=user.has_perm("runs.cancel_run"))
+
+
+def cancel_unhonoured(run):
+    """A pending abort the watchdog escalated already, or older than the grace (the rule
+    is `rules.not_honoured`, on the database clock), and still not settled."""
+    if not run.is_cancelling or run.status not in Run.LIVE:
+        return False
+    return run.cancel_escalated_at is not None or rules.is_not_honoured(run)
 
 
 def buttons(run, access):
@@ -153,17 +162,39 @@ class Cursor:
     seq: int
     steps: int
     terminal: bool
+    clock: tuple  # retire_clock(run): for a viewer to re-render when Retire is offered
 
 
 def get_run_cursor(run_id):
     """Where the run stands (last event seq, committed steps), or None if unknown."""
-    row = Run.objects.filter(pk=run_id).values("event_seq", "steps", "status").first()
-    if row is None:
+    run = (rules.with_flags(Run.objects.filter(pk=run_id))
+           .only("id", "event_seq", "steps", "status", "cancel_requested_at", "cancel_escalated_at",
+                 "heartbeat_at", "worker")
+           .first())
+    if run is None:
         return None
-    return Cursor(seq=row["event_seq"], steps=row["steps"], terminal=row["status"] in Run.TERMINAL)
+    return Cursor(seq=run.event_seq, steps=run.steps, terminal=run.is_terminal, clock=retire_clock(run))
+
+
+def retire_clock(run):
+    """(whether Retire is offered now, seconds until the clock alone offers it or None)
+    for a viewer who may change runs."""
+    offered = run.status in Run.LIVE and (rules.is_stuck(run) or cancel_unhonoured(run))
+    return offered, None if offered else retire_due(run)
+
+
+def retire_due(run):
+    """Seconds until Retire is offered for a pending abort by the clock alone (no event
+    says so), or None when it will not be by the clock. Only the delay of the page's
+    timer: when it fires, the re-render asks the database (`rules`) again."""
+    if not run.is_cancelling or run.status not in Run.LIVE:
+        return None
+    due = run.cancel_requested_at + rules.thresholds().grace
+    return max(0.0, (due - timezone.now()).total_seconds())
 
 
 _heartbeats = {"at": 0.0, "cells": {}}
+STUCK_MARK = '<span class="tag alert">stuck</span>'  # as _heartbeat.html writes it
 HEARTBEATS_TTL_S = 1.0
 HEARTBEATS_LIMIT = 500
 

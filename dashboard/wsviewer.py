@@ -20,9 +20,11 @@ class RunPageViewer:
     `steps[i]` is committed step i's text as rendered; `streamed[i]` what streamed in
     for step i before it was committed. `on_text(text, at)` sees each new piece."""
 
-    def __init__(self, base, run_id, cookie, *, origin="http://127.0.0.1", on_text=None):
+    def __init__(self, base, run_id, cookie, *, origin=None, on_text=None):
         self.url = f"{base}/ws/runs/{run_id}/"
         self.run_id = str(run_id)
+        # A browser's Origin is the page's own: the server's scheme, host and port.
+        origin = origin or base.replace("wss://", "https://", 1).replace("ws://", "http://", 1)
         self.headers = {"Origin": origin, "Cookie": cookie}
         self.on_text = on_text
         self.frames = self.text_frames = self.resyncs = 0

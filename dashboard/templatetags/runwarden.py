@@ -167,3 +167,13 @@ def cursor(run):
     from dashboard.listing import encode_cursor
 
     return encode_cursor(run)
+
+
+# The operator's word for where an action came from (glossary: "alice via dashboard").
+WHERE = {"user": "dashboard", "browser": "dashboard"}
+
+
+@register.filter
+def where(source):
+    """'dashboard', 'cli', 'api', …; '?' when unknown."""
+    return WHERE.get(source, source) if source else "?"

@@ -52,12 +52,26 @@
   document.addEventListener("htmx:wsClose", function (e) {
     // A socket replaced by a reconnect may report its close after the new one opened.
     if (live.socket && e.detail.event.target !== live.socket) return;
-    if (live.paused) return setState("paused", "paused (tab hidden)");
     var code = e.detail.event.code;
-    if (code === 4403) return setState("off", "not allowed: log in again");
-    if (code === 4404) return setState("off", "run not found");
+    live.lastClose = code;
+    // 4403 (logged out, not allowed) and 4404 (no such run) are answers, not outages:
+    // htmx does not retry a 4xxx close, and neither does showing the tab again.
+    if (code === 4403 || code === 4404) live.refused = true;
+    if (code === 4403) return refusedLogIn();
+    if (code === 4404) return setState("refused", "run not found");
+    if (live.paused) return setState("paused", "paused (tab hidden)");
     setState("off", "reconnecting…");
   });
+
+  function refusedLogIn() {
+    setState("refused", "not allowed: ");
+    var link = document.createElement("a");
+    var state = document.getElementById("live-state");
+    link.href = (state.dataset.login || "/accounts/login/") + "?next=" + encodeURIComponent(location.pathname + location.search);
+    link.textContent = "log in again";
+    link.dataset.testid = "log-in-again";
+    state.appendChild(link);
+  }
 
   document.addEventListener("visibilitychange", function () {
     if (!live.wrapper) return;
@@ -66,7 +80,7 @@
       if (live.socket && live.socket.readyState <= 1) live.socket.close(1000, "tab hidden");
     } else if (live.paused) {
       live.paused = false;
-      live.wrapper.reconnect();
+      if (!live.refused) live.wrapper.reconnect();
     }
   });
 
@@ -87,6 +101,34 @@
     });
   });
 
+  // A live re-render of the actions must not eat what the operator is typing (an input
+  // for the run, a note): carry typed values and focus into the fresh copy.
+  document.addEventListener("htmx:oobBeforeSwap", function (e) {
+    var target = e.detail.target;
+    if (!target || target.id !== "run-actions") return;
+    var focused = document.activeElement && target.contains(document.activeElement) ? document.activeElement.name : null;
+    target.querySelectorAll("textarea[name], input[name]:not([type=hidden])").forEach(function (field) {
+      if (!field.value) return;
+      var twin = e.detail.fragment.querySelector ? e.detail.fragment.querySelector('[name="' + field.name + '"]') : null;
+      if (!twin) return;
+      if (twin.tagName === "TEXTAREA") twin.textContent = field.value;
+      else twin.setAttribute("value", field.value);
+    });
+    live.refocus = focused;
+  });
+  document.addEventListener("htmx:oobAfterSwap", function (e) {
+    if (!e.detail.target || !live.refocus) return;
+    var field = document.querySelector('#run-actions [name="' + live.refocus + '"]');
+    live.refocus = null;
+    if (field) field.focus();
+  });
+
+  // A form in a dialog has been answered (into #outcome): the dialog has done its job.
+  document.addEventListener("htmx:afterRequest", function (e) {
+    var dialog = e.target.closest && e.target.closest("dialog");
+    if (dialog && dialog.open) dialog.close();
+  });
+
   // Ages and running durations tick in the browser; the server sends the instants.
   function span(seconds) {
     seconds = Math.max(0, Math.floor(seconds));
@@ -105,6 +147,22 @@
     });
   }
   setInterval(tick, 1000);
+
+  // Pages refreshed by polling (triage, audit): an element with data-poll="<s>" gets
+  // htmx's "poll" event every <s> seconds while its tab is shown and nobody is picking
+  // runs in it (a refresh would drop the selection).
+  setInterval(function () {
+    if (document.hidden) return;
+    var now = Date.now();
+    document.querySelectorAll("[data-poll]").forEach(function (el) {
+      var every = 1000 * Number(el.dataset.poll);
+      if (!el.polledAt) el.polledAt = now; // a fresh copy waits a whole period
+      if (!every || now - el.polledAt < every) return;
+      if (el.querySelector("input:checked") || el.contains(document.activeElement)) return;
+      el.polledAt = now;
+      htmx.trigger(el, "poll");
+    });
+  }, 1000);
 
   // Dialogs and confirmations, without inline scripts.
   document.addEventListener("click", function (e) {

@@ -62,7 +62,7 @@ def test_pages_pass_the_policy_live_and_abort_included(page, context, live_serve
     page.get_by_test_id("abort-button").click()
     expect(page.locator("#abort-dialog")).to_be_visible()
     page.get_by_test_id("confirm-abort").click()
-    expect(page.locator("#run-header")).to_contain_text("cancelling…")
+    expect(page.locator("#run-header")).to_contain_text("Aborting…")
     go.set()
     expect(page.get_by_test_id("run-status")).to_have_text("cancelled")
     assert worker.result(10) is True

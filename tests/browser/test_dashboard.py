@@ -167,7 +167,7 @@ def test_abort_confirm_cancelling_then_cancelled_live_and_the_list_follows(page,
     expect(page.get_by_test_id("outcome")).to_contain_text("Abort requested")
     expect(page.get_by_test_id("abort-button")).to_be_disabled()
     expect(page.get_by_test_id("run-status")).to_have_text("running")
-    expect(page.locator("#run-header")).to_contain_text("cancelling…")
+    expect(page.locator("#run-header")).to_contain_text("Aborting…")
     expect(list_page.locator(f'[data-run-id="{run.id}"]')).to_contain_text("cancelling…")
 
     go.set()  # the worker reaches its checkpoint
@@ -176,8 +176,9 @@ def test_abort_confirm_cancelling_then_cancelled_live_and_the_list_follows(page,
     expect(page.get_by_test_id("run-status")).to_have_text("cancelled", timeout=20_000)
     assert worker.result(20) is True
     expect(list_badge).to_have_text("cancelled", timeout=20_000)
-    expect(page.locator("#run-header")).not_to_contain_text("cancelling…")
-    expect(page.get_by_test_id("outcome")).to_contain_text("The run has ended: cancelled")
+    expect(page.locator("#run-header")).not_to_contain_text("Aborting…")
+    expect(page.get_by_test_id("ended")).to_contain_text("The run has ended: cancelled")
+    expect(page.get_by_test_id("outcome")).to_contain_text("Cancel requested")  # the answer stays
     expect(page.get_by_test_id("abort-button")).to_have_count(0)
     expect(page.locator("#timeline")).to_contain_text("runaway loop")
     assert_not_reloaded(page)
@@ -232,8 +233,8 @@ def test_a_socket_without_a_session_is_refused(browser, live_server_url, fleet, 
     run = new_running_run(fleet)
     opener = """(url) => new Promise((resolve) => {
         const ws = new WebSocket(url);
-        ws.onopen = () => { resolve('open'); ws.close(); };
-        ws.onclose = (e) => resolve('closed');
+        ws.onopen = () => setTimeout(() => { resolve('open'); ws.close(); }, 500);
+        ws.onclose = (e) => resolve('closed ' + e.code);
     })"""
     ws_base = live_server_url.replace("http://", "ws://")
     anonymous = browser.new_context()
@@ -241,7 +242,7 @@ def test_a_socket_without_a_session_is_refused(browser, live_server_url, fleet, 
         stranger = anonymous.new_page()
         stranger.goto(live_server_url + "/accounts/login/")
         for path in ("/ws/runs/", f"/ws/runs/{run.id}/"):
-            assert stranger.evaluate(opener, ws_base + path) == "closed"
+            assert stranger.evaluate(opener, ws_base + path) == "closed 4403"
     finally:
         anonymous.close()
     # The same socket opens with a session: the refusal above is about the session.

@@ -69,43 +69,7 @@ async def progress(run, step, offset, text, **extra):
     )
 
 
-# --- refusals ------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("path", ["/ws/runs/", "/ws/runs/00000000-0000-0000-0000-000000000000/"])
-async def test_socket_without_a_session_is_refused(path):
-    ws = communicator(path, ORIGIN)
-    ok, code = await ws.connect(timeout=TIMEOUT)
-    assert not ok and code == 4403
-
-
-async def test_socket_from_a_foreign_origin_is_refused(operator):
-    headers = await database_sync_to_async(session_headers)(operator)
-    foreign = [(b"origin", b"http://evil.example")] + [h for h in headers if h[0] != b"origin"]
-    ws = communicator("/ws/runs/", foreign)
-    ok, _code = await ws.connect(timeout=TIMEOUT)
-    assert not ok
-
-
-async def test_socket_without_an_origin_is_refused(operator):
-    headers = await database_sync_to_async(session_headers)(operator)
-    ws = communicator("/ws/runs/", [h for h in headers if h[0] != b"origin"])
-    ok, _code = await ws.connect(timeout=TIMEOUT)
-    assert not ok
-
-
-async def test_socket_without_view_permission_is_refused(stranger):
-    run = await running_run()
-    headers = await database_sync_to_async(session_headers)(stranger)
-    for path in ("/ws/runs/", f"/ws/runs/{run.id}/"):
-        ok, code = await communicator(path, headers).connect(timeout=TIMEOUT)
-        assert not ok and code == 4403
-
-
-async def test_socket_for_an_unknown_run_is_refused(operator):
-    headers = await database_sync_to_async(session_headers)(operator)
-    ok, code = await communicator("/ws/runs/00000000-0000-0000-0000-000000000000/", headers).connect(timeout=TIMEOUT)
-    assert not ok and code == 4404
+# --- who may watch (refusals, origins, logout: test_consumers_access.py) -------------------------
 
 
 async def test_watcher_may_watch_but_gets_no_buttons(watcher):
@@ -113,7 +77,7 @@ async def test_watcher_may_watch_but_gets_no_buttons(watcher):
     ws = await connected(f"/ws/runs/{run.id}/", watcher)
     await request_cancel(run.id, by="someone")
     text = await frame_with(ws, 'id="run-header"')
-    assert "cancelling…" in text and 'data-testid="abort-button"' not in text and "Read-only" in text
+    assert "Aborting…" in text and 'data-testid="abort-button"' not in text and "Read-only" in text
     await ws.disconnect()
 
 
@@ -271,15 +235,16 @@ async def test_cancel_shows_cancelling_then_cancelled_live(operator):
     ws = await connected(f"/ws/runs/{run.id}/", operator)
     await request_cancel(run.id, by="op", note="enough")
     text = await frame_with(ws, 'id="run-header"')
-    assert 'data-testid="run-status">running<' in text and "cancelling…" in text
+    assert 'data-testid="run-status">running<' in text and "Aborting…" in text
     assert 'data-testid="abort-button"' in text and "disabled" in text
     assert 'class="event k-cancel_requested"' in text and "enough" in text
     await settle(run.id, status="cancelled", reason="cancelled", worker="w1")
     text = await frame_with(ws, 'data-testid="run-status">cancelled<')
-    assert "cancelling…" not in text and 'data-testid="abort-button"' not in text
+    assert "Aborting…" not in text and 'data-testid="abort-button"' not in text
     assert 'id="inflight" class="inflight idle"' in text  # the discarded step is gone
-    # The "cancel requested" answer is replaced by what really happened.
-    assert 'id="outcome"' in text and "The run has ended: cancelled at " in text
+    # Said beside the answers to actions (#outcome), never instead of them.
+    assert 'id="ended"' in text and "The run has ended: cancelled at " in text
+    assert 'id="outcome"' not in text
     await ws.disconnect()
 
 

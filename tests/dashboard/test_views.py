@@ -188,7 +188,7 @@ def test_cancel_of_a_running_run_is_202_requested(op_client, running_run):
     response = op_client.post(f"/runs/{run.id}/cancel", {"note": "stop it"}, **HX)
     assert response.status_code == 202
     html = response.content.decode()
-    assert "Abort requested" in html and "Cancelling…" in html
+    assert "Abort requested" in html and "Aborting…" in html
     assert re.search(r'data-testid="abort-button"[^>]*disabled', html)
     run.refresh_from_db()
     assert run.status == "running" and run.is_cancelling
