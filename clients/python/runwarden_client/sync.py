@@ -88,6 +88,7 @@ class Run:
         self.state = c.StepState(index=(data.get("totals") or {}).get("steps", 0))
         self.settled = None  # the settle's answer, once sent
         self.answers = queue.Queue()
+        self._seen_answers = set()
         self._wake = threading.Event()  # the pump: send now
         self._wake_waits = threading.Event()  # a tool finished or a stop came: look again
         self._stopped = threading.Event()  # a stop or the end of the run: every wait returns
@@ -164,10 +165,12 @@ class Run:
         self._last_contact = time.monotonic()
         return body["index"]
 
-    def wait_for_approval(self, tool, args=None, *, message=""):
-        """Ask an operator to approve tool call `tool`; True when approved, False when denied."""
-        answer = self._wait("waiting_for_approval", {"kind": "approval", "tool": tool, "args": args, "message": message})
-        return bool(answer.get("approved"))
+    def wait_for_approval(self, tool, args=None, *, call_id=None, message=""):
+        """Ask an operator to approve tool call `tool`; True when approved, False when denied
+        (a denied call must not run: the server refuses a step that holds it)."""
+        request = {"kind": "approval", "tool": tool, "args": args, "call_id": call_id or c.new_call_id(),
+                   "message": message}
+        return bool(self._wait("waiting_for_approval", request).get("approved"))
 
     def wait_for_input(self, prompt):
         """Ask an operator a question; returns the text of their answer."""
@@ -241,7 +244,8 @@ class Run:
                 return
             body = self.state.discard_body(reason)
         try:
-            self.client.request("POST", f"/runs/{self.id}/discard", body)
+            self.client.request("POST", f"/runs/{self.id}/discard", body,
+                                idempotency_key=f"{self.id}-discard-{body['index']}")
         except RunwardenError:
             pass  # the settle still says how it ended; the trace is best effort
 
@@ -264,9 +268,11 @@ class Run:
         while True:
             self.checkpoint()
             try:
-                return self.answers.get(timeout=0.1)
+                answer = self.answers.get(timeout=0.1)
             except queue.Empty:
                 continue
+            self.client.request("POST", f"/runs/{self.id}/inputs/{answer['id']}/ack")
+            return answer
 
     def _pump(self):
         while not self._stopped.is_set():
@@ -304,12 +310,18 @@ class Run:
                 attempt += 1
                 continue
             attempt = 0
-            if response.status_code == 200:
-                body = response.json()
-                cancel = body.get("cancel")
-                if cancel:
-                    self._stop(cancel.get("source", ""), cancel.get("note", ""))
-                elif not body.get("held"):
-                    self._stop("server", f"the run is no longer ours ({body.get('status')})", lost=True)
-            elif response.status_code != 204:
-                self._stopped.wait(c.backoff(5))
+            if response.status_code != 200:
+                if response.status_code != 204:
+                    self._stopped.wait(c.backoff(5))
+                continue
+            body = response.json()
+            if body.get("cancel"):
+                self._stop(body["cancel"].get("source", ""), body["cancel"].get("note", ""))
+            elif not body.get("held"):
+                self._stop("server", f"the run is no longer ours ({body.get('status')})", lost=True)
+            fresh = [a for a in body.get("inputs") or () if a["id"] not in self._seen_answers]
+            for answer in fresh:
+                self._seen_answers.add(answer["id"])
+                self.answers.put(answer)
+            if body.get("inputs") and not fresh:
+                self._stopped.wait(0.1)  # answers not yet acked: the poll answers at once until they are
