@@ -149,6 +149,17 @@ class StepState:
                 "reason": reason}
 
 
+def json_of(response):
+    """The JSON body of an httpx response, None when empty; a non-JSON body (a proxy's
+    error page) becomes an error body, judged by its status like any other."""
+    if not response.content:
+        return None
+    try:
+        return response.json()
+    except ValueError:
+        return {"error": {"code": "not_json", "message": response.text[:200]}}
+
+
 def new_call_id():
     return "call_" + uuid.uuid4().hex[:12]
 

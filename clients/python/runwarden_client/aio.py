@@ -38,7 +38,7 @@ class AsyncClient:
             except httpx.TransportError as error:
                 failure = RunwardenError(0, "unreachable", str(error) or type(error).__name__)
             else:
-                payload = response.json() if response.content else None
+                payload = c.json_of(response)
                 if response.status_code in (*expect, 204, 409):
                     return response.status_code, payload
                 failure = RunwardenError.from_response(response.status_code, payload)
