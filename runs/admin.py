@@ -85,15 +85,18 @@ def summarize(outcomes):
 @admin.register(ApiKey)
 class ApiKeyAdmin(admin.ModelAdmin):
     """Keys are created and revoked with `manage.py runs apikey` (the key is shown once);
-    the admin lists them."""
+    the admin lists them and edits only the agent names a key may create and claim."""
 
-    list_display = ("name", "scope", "prefix", "created_at", "last_used_at", "revoked_at")
+    list_display = ("name", "scope", "agents", "prefix", "created_at", "last_used_at", "revoked_at")
     list_filter = ("scope",)
     readonly_fields = ("name", "scope", "prefix", "created_at", "last_used_at", "revoked_at")
-    exclude = ("key_hash",)
+    fields = ("name", "scope", "agents", "prefix", "created_at", "last_used_at", "revoked_at")
 
     def has_add_permission(self, request):
         return False
 
-    def has_change_permission(self, request, obj=None):
-        return False
+    def save_model(self, request, obj, form, change):
+        from runs.api.auth import clean_agents
+
+        obj.agents = clean_agents(obj.agents if isinstance(obj.agents, (list, str)) else [])
+        super().save_model(request, obj, form, change)

@@ -49,6 +49,8 @@ def announce(run, event):
         if event.kind == "cancel_not_honoured":
             control["hard"] = True  # drop the run's task at its next await
         sends.append((groups.control(run.id), control))
+    elif event.kind == "resumed":  # an operator answered: an API agent's control channel delivers it
+        sends.append((groups.control(run.id), {"type": "run.answered", "run_id": str(run.id)}))
     sends += [(groups.viewers(run.id), message), (groups.LIST_GROUP, message)]
     send_all(sends)
 

@@ -304,6 +304,10 @@ class RunInput(models.Model):
     created_by = models.CharField(max_length=150, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     resolved_at = models.DateTimeField(null=True, blank=True)
+    # For an API agent: the suspend `request` this answer answers, copied when it is first
+    # delivered (the agent cannot suspend again before acknowledging it, so the latest
+    # suspend is the one). An acknowledged answer is `consumed`.
+    request = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["run", "created_at", "id"]
@@ -339,6 +343,9 @@ class ApiKey(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # Agent names an agent key may create and claim runs of; "*" is any name but the
+    # built-in engine's (those run on the server's provider key: named explicitly only).
+    agents = models.JSONField(default=list, blank=True)
 
     class Meta:
         ordering = ["name", "-created_at"]
@@ -394,3 +401,35 @@ class IdempotencyRecord(models.Model):
 
     def __str__(self):
         return f"{self.owner} {self.key} -> {self.status_code}"
+
+
+class ApiTicket(models.Model):
+    """A one-use, short-lived pass to one run's control socket, for clients that cannot
+    send an Authorization header (browsers, Deno). Stored hashed, like keys."""
+
+    key = models.ForeignKey(ApiKey, on_delete=models.CASCADE, related_name="tickets")
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="+")
+    ticket_hash = models.CharField(max_length=64, unique=True)
+    expires_at = models.DateTimeField()
+    used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["expires_at"], name="ticket_expires")]
+
+    def __str__(self):
+        return f"ticket for {self.run_id} ({self.key_id})"
+
+
+class ApiInflight(models.Model):
+    """The streamed text of an API run's step in flight, so a viewer who joins mid-step
+    catches up (an engine run's worker keeps its own). One row per run, bounded, removed
+    when the step is committed or discarded or the run settles."""
+
+    run = models.OneToOneField(Run, on_delete=models.CASCADE, primary_key=True, related_name="+")
+    step = models.PositiveIntegerField()
+    text = models.TextField(blank=True)
+    tools = models.JSONField(default=dict, blank=True)  # tool id -> latest state
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self):
+        return f"in-flight step {self.step} of {self.run_id}"

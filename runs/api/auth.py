@@ -7,6 +7,7 @@ force), and it lets a request find its key with one indexed lookup.
 Scoping: a key acts as the worker `api:<name>`. An agent key may read and drive a
 run only when that identity created it (`ApiRunCreator`) or holds/held it
 (`Run.worker`); an operator key may also read any run, cancel it and retire it.
+An agent key creates and claims runs only of the agent names it carries (`may_run`).
 """
 
 import hashlib
@@ -31,24 +32,86 @@ def hash_key(key):
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-def create_key(name, scope=ApiKey.Scope.AGENT):
+ANY_AGENT = "*"
+AGENT_NAME_RE = re.compile(r"^[^\s,]{1,100}$")
+
+
+def engine_agents():
+    """The built-in engine's agent names: they run on the server's own provider key."""
+    from runs.agent.providers import AGENTS
+
+    return AGENTS
+
+
+def clean_agents(agents):
+    """A key's agent list from names (or one comma-separated string); ValueError if bad."""
+    if isinstance(agents, str):
+        agents = agents.split(",")
+    names = [name.strip() for name in agents or () if name.strip()]
+    for name in names:
+        if not AGENT_NAME_RE.match(name):
+            raise ValueError(f"bad agent name {name[:40]!r}: 1-100 characters, no spaces or commas")
+    return sorted(set(names))
+
+
+def create_key(name, scope=ApiKey.Scope.AGENT, agents=(ANY_AGENT,)):
     """Mint a key for `name`; returns (ApiKey, the key in clear — shown once).
-    Raises ValueError for a bad name or scope, or when an active key has that name."""
+    `agents`: the agent names an agent key may create and claim ("*": any but the
+    engine's). Raises ValueError for a bad name, scope or agent list, or when an active
+    key has that name."""
     if not NAME_RE.match(name or ""):
         raise ValueError("a key name is 1-64 letters, digits, '_', '.' or '-', starting with a letter or digit")
     if scope not in ApiKey.Scope.values:
         raise ValueError(f"scope must be one of: {', '.join(ApiKey.Scope.values)}")
+    agents = clean_agents(agents)
+    if scope == ApiKey.Scope.AGENT and not agents:
+        raise ValueError("an agent key needs the agent names it may run: --agents NAME[,NAME…] ('*': any but the engine's)")
     key = PREFIX + secrets.token_urlsafe(32)
     with transaction.atomic():
         if ApiKey.objects.filter(name=name, revoked_at__isnull=True).exists():
             raise ValueError(f"an active key named {name!r} exists; revoke it first")
-        record = ApiKey.objects.create(name=name, scope=scope, key_hash=hash_key(key), prefix=key[:10])
+        record = ApiKey.objects.create(
+            name=name, scope=scope, key_hash=hash_key(key), prefix=key[:10], agents=agents
+        )
     return record, key
 
 
+def set_agents(name, agents):
+    """Replace the agent list of the active key `name`; False when there is none."""
+    agents = clean_agents(agents)
+    if not agents:
+        raise ValueError("give at least one agent name ('*': any but the engine's)")
+    return bool(ApiKey.objects.filter(name=name, revoked_at__isnull=True).update(agents=agents))
+
+
+def may_run(key, agent):
+    """Whether `key` may create and claim runs of `agent`. Operator keys: any."""
+    if key.is_operator or agent in (key.agents or ()):
+        return True
+    return ANY_AGENT in (key.agents or ()) and agent not in engine_agents()
+
+
+def require_agents(key, agents):
+    """ApiError 403 `agent_not_allowed` unless `key` may run every one of `agents`."""
+    refused = [agent for agent in agents if not may_run(key, agent)]
+    if refused:
+        raise ApiError(
+            403, f"this key may not run agent {refused[0]!r}: see `runs apikey agents`",
+            code="agent_not_allowed", fields={"agent": ", ".join(refused)[:200]},
+        )
+
+
 def revoke_key(name):
-    """Revoke the active key named `name`; False when there is none."""
-    return bool(ApiKey.objects.filter(name=name, revoked_at__isnull=True).update(revoked_at=timezone.now()))
+    """Revoke the active key named `name`; False when there is none. Its open control
+    sockets are closed and its long-polls answer 401 (`runs.api.revocation`)."""
+    from runs.api.revocation import announce_revoked
+
+    with transaction.atomic():
+        ids = list(ApiKey.objects.filter(name=name, revoked_at__isnull=True).values_list("pk", flat=True))
+        if not ids or not ApiKey.objects.filter(pk__in=ids).update(revoked_at=timezone.now()):
+            return False
+        transaction.on_commit(lambda: announce_revoked(ids))
+    return True
 
 
 def find_key(token):

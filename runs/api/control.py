@@ -1,7 +1,8 @@
 """The control channel's long-poll: `GET /runs/{id}/control?wait=30`.
 
-Returns 200 as soon as there is something to act on (a cancel is pending, the run
-ended, or this key no longer holds it) and 204 when `wait` seconds pass quietly.
+Returns 200 as soon as there is something to act on (a cancel is pending, an operator
+answer is unacknowledged, the run ended, or this key no longer holds it) and 204 when
+`wait` seconds pass quietly; 401 as soon as the key is revoked.
 It waits on the run's control group of the channel layer — the same signal the
 WebSocket and the built-in engine get — and re-reads the database on every wake-up
 and every RECHECK_S, so a dropped or missing broadcast delays a cancel by at most
@@ -16,8 +17,12 @@ from ninja import Query, Router, Status
 from pydantic import BaseModel, Field
 
 from runs import groups
+from runs.api import inflight
+from runs.api.answers import answers_for
 from runs.api.auth import run_for
 from runs.api.db import db_call
+from runs.api.errors import ApiError
+from runs.api.revocation import key_group, still_active
 from runs.api.schemas import ERRORS, ControlOut
 from runs.api.serialize import cancel_info
 from runs.models import Run
@@ -34,18 +39,24 @@ class ControlQuery(BaseModel):
 
 
 def control_state(key, run_id):
-    """(run, body, actionable): what the control channel says about the run now."""
+    """(run, body, actionable): what the control channel says about the run now.
+    ApiError 401 once the key is revoked (a long-poll outliving its key must end)."""
+    if not still_active(key):
+        raise ApiError(401, "this key was revoked")
     run = run_for(key, run_id, only=STATE_FIELDS)
     held = run.status in Run.LIVE and run.worker == key.worker
-    body = {"cancel": cancel_info(run), "status": run.status, "held": held}
-    actionable = run.cancel_requested_at is not None or run.is_terminal or (run.status in Run.LIVE and not held)
+    answers = answers_for(key, run) if held else []
+    body = {"cancel": cancel_info(run), "status": run.status, "held": held, "inputs": answers}
+    actionable = (run.cancel_requested_at is not None or run.is_terminal or (run.status in Run.LIVE and not held)
+                  or bool(answers))
     return run, body, actionable
 
 
 @router.get("/runs/{run_id}/control", response={200: ControlOut, 204: None, **ERRORS}, summary="Wait for a cancel")
 async def control(request, run_id: str, query: Query[ControlQuery]):
-    """Long-poll for a cancel: 200 at once when one is pending (or the run ended, or
-    is not held by this key), else as soon as one arrives; 204 after `wait` seconds."""
+    """Long-poll for a cancel or an operator answer: 200 at once when one is pending
+    (or the run ended, or is not held by this key), else as soon as one arrives; 204
+    after `wait` seconds; 401 when the key is revoked meanwhile."""
     key = request.auth
     state = db_call(control_state)
     run, body, actionable = await state(key, run_id)
@@ -54,7 +65,7 @@ async def control(request, run_id: str, query: Query[ControlQuery]):
         return Status(200, body) if actionable else Status(204, None)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
-    waker = await _Waker.join(groups.control(run.pk))
+    waker = await _Waker.join(groups.control(run.pk), key_group(key.pk))
     try:
         while True:
             # Re-read after subscribing, then after every wake-up or RECHECK_S: a cancel
@@ -65,7 +76,12 @@ async def control(request, run_id: str, query: Query[ControlQuery]):
                 return Status(200, body)
             if remaining <= 0:
                 return Status(204, None)
-            await waker.wait(min(remaining, RECHECK_S))
+            message = await waker.wait(min(remaining, RECHECK_S))
+            if message and message.get("type") == "run.resync" and message.get("reply_channel"):
+                # A viewer asking for the in-flight text: this poll is in the control group.
+                snapshot = await db_call(inflight.snapshot)(run.pk)
+                if snapshot is not None:
+                    await waker.layer.send(message["reply_channel"], snapshot)
     finally:
         await waker.leave()
 
@@ -75,40 +91,46 @@ class _Waker:
     after `timeout`. Without a working layer it only sleeps (the database re-check
     still finds the cancel)."""
 
-    def __init__(self, layer, group, channel):
-        self.layer, self.group, self.channel, self.receiving = layer, group, channel, None
+    def __init__(self, layer, groups, channel):
+        self.layer, self.groups, self.channel, self.receiving = layer, groups, channel, None
 
     @classmethod
-    async def join(cls, group):
+    async def join(cls, *groups):
         layer = get_channel_layer()
         try:
             channel = await layer.new_channel("agent-control.")
-            await layer.group_add(group, channel)
+            for group in groups:
+                await layer.group_add(group, channel)
         except Exception:  # the slow path (database re-check) still works
             log.warning("control long-poll: channel layer unavailable; polling the database", exc_info=True)
-            return cls(None, group, None)
-        return cls(layer, group, channel)
+            return cls(None, groups, None)
+        return cls(layer, groups, channel)
 
     async def wait(self, timeout):
+        """The message that woke us, or None after `timeout`."""
         if self.layer is None:
             await asyncio.sleep(timeout)
-            return
+            return None
         if self.receiving is None:
             # One receive at a time, never cancelled mid-poll: cancelling a pub/sub
             # layer's receive unsubscribes the channel.
             self.receiving = asyncio.ensure_future(self.layer.receive(self.channel))
         done, _ = await asyncio.wait([self.receiving], timeout=timeout)
-        if done:
-            finished, self.receiving = self.receiving, None
-            if finished.exception() is not None:
-                log.warning("control long-poll: layer receive failed: %r", finished.exception())
-                self.layer = None
+        if not done:
+            return None
+        finished, self.receiving = self.receiving, None
+        if finished.exception() is not None:
+            log.warning("control long-poll: layer receive failed: %r", finished.exception())
+            self.layer = None
+            return None
+        return finished.result()
 
     async def leave(self):
         if self.receiving is not None:
             self.receiving.cancel()
         if self.layer is not None:
             try:
-                await self.layer.group_discard(self.group, self.channel)
+                for group in self.groups:
+                    await self.layer.group_discard(group, self.channel)
             except Exception:  # best effort: the channel goes with the connection anyway
                 log.warning("control long-poll: group_discard failed", exc_info=True)

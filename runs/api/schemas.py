@@ -11,7 +11,7 @@ from decimal import Decimal
 from typing import Annotated, Any, Literal
 
 from ninja import Schema
-from pydantic import AwareDatetime, ConfigDict, Field, field_validator, model_validator
+from pydantic import AwareDatetime, ConfigDict, Field, StrictBool, field_validator, model_validator
 
 from runs.models import Run
 
@@ -38,7 +38,7 @@ class CreateRunIn(Strict):
     token_budget: Annotated[int, Field(ge=1, le=INT63, strict=True)] | None = None
     cost_budget: Annotated[Decimal, Field(gt=0, le=Decimal(99999999), max_digits=14, decimal_places=6)] | None = None
     deadline: AwareDatetime | None = Field(None, description="ISO 8601 with a UTC offset")
-    claim: bool = Field(False, description="create and claim in one step: the run comes back running, held by this key")
+    claim: StrictBool = Field(False, description="create and claim in one step: the run comes back running, held by this key")
 
     @field_validator("deadline")
     @classmethod
@@ -101,7 +101,8 @@ class HeartbeatOut(Schema):
 class DeltaEvent(Strict):
     type: Literal["delta"]
     step: Count
-    offset: BigCount = Field(description="character offset of `text` in the step's streamed text")
+    offset: BigCount = Field(description="where `text` starts in the step's streamed text, in Unicode code points "
+                                         "(not UTF-16 units)")
     text: str
 
 
@@ -148,10 +149,20 @@ class StepIn(Strict):
     index: Count = Field(description="0 for the first step; must equal the run's committed step count")
     kind: Literal["message", "tool_calls"]
     text: str = ""
-    tool_calls: list[ToolCallIn] = Field(default_factory=list, max_length=500)
+    tool_calls: list[ToolCallIn] = Field(default_factory=list, max_length=500,
+                                         description="each `id` once per step (422 `duplicate_tool_call_id`)")
     tokens_in: Count = 0
     tokens_out: Count = 0
     cost: Money = Decimal(0)
+
+    def duplicate_call_id(self):
+        """The first tool-call id given twice, or None (checked in the view for its code)."""
+        seen = set()
+        for call in self.tool_calls:
+            if call.id in seen:
+                return call.id
+            seen.add(call.id)
+        return None
 
 
 class DiscardIn(Strict):
@@ -162,7 +173,7 @@ class DiscardIn(Strict):
     tokens_in: Count = 0
     tokens_out: Count = 0
     cost: Money = Decimal(0)
-    estimated: bool = Field(False, description="true when the spend is your estimate (no usage came)")
+    estimated: StrictBool = Field(False, description="true when the spend is your estimate (no usage came)")
     reason: Literal["cancelled", "failed"] = "cancelled"
 
 
@@ -187,8 +198,9 @@ class TotalsIn(Strict):
 class SettleIn(Strict):
     status: Literal["completed", "failed", "cancelled"]
     reason: Reason
-    truncated: bool = False
-    totals: TotalsIn | None = None
+    truncated: StrictBool = False
+    totals: TotalsIn | None = Field(None, description="checked against the record: 422 `totals_mismatch` when "
+                                    "steps/tool_calls differ from the committed ones or spend is below the recorded")
     error_class: str = Field("", max_length=200)
     error_message: str = Field("", max_length=20000)
 
@@ -225,10 +237,99 @@ class RetireOut(Outcome):
     retired: bool
 
 
+class AnswerOut(Schema):
+    id: int
+    kind: Literal["approval", "message"]
+    approved: bool | None = Field(description="approval: the decision; null for a message")
+    note: str = Field(description="the operator's note with an approval or denial ('' when none)")
+    text: str = Field(description="a message's text ('' for an approval)")
+    request: dict[str, Any] = Field(description="the suspend `request` this answers")
+    by: str
+    created_at: datetime
+
+
+class AnswersOut(Schema):
+    inputs: list[AnswerOut]
+
+
+class AckOut(Schema):
+    id: int
+    acked: bool
+    first: bool = Field(description="false when it had been acknowledged before")
+
+
+class TicketOut(Schema):
+    ticket: str
+    expires_at: datetime
+    url: str = Field(description="the control socket's path with the ticket")
+
+
 class ControlOut(Schema):
     cancel: CancelInfo | None = Field(description="set once a cancel is pending: stop and settle cancelled")
     status: str
     held: bool
+    inputs: list[AnswerOut] = Field(description="operator answers not yet acknowledged, oldest first")
+
+
+class RunsQuery(Schema):
+    status: list[Status] = Field(default_factory=list, description="repeatable")
+    agent: Name | None = None
+    since: AwareDatetime | None = Field(None, description="created at or after (ISO 8601 with an offset)")
+    limit: Annotated[int, Field(ge=1, le=200)] = 50
+    cursor: str | None = Field(None, max_length=200, description="`next_cursor` of the previous page")
+
+
+class RunsOut(Schema):
+    runs: list[RunOut]
+    next_cursor: str | None = Field(description="pass as `cursor` for the next page; null on the last")
+
+
+class StepsQuery(Schema):
+    start: Annotated[int, Field(ge=0, le=INT32)] = 0
+    limit: Annotated[int, Field(ge=1, le=500)] = 100
+
+
+class ToolCallOut(Schema):
+    id: str = ""
+    name: str = ""
+    args: Any = None
+    result: Any = None
+    error: str | None = None
+
+
+class StepRecord(Schema):
+    index: int
+    kind: str
+    text: str
+    tool_calls: list[ToolCallOut]
+    tokens_in: int
+    tokens_out: int
+    cost: float
+    committed_at: datetime
+
+
+class StepsOut(Schema):
+    steps: list[StepRecord]
+    next_start: int | None = Field(description="the next index to ask for; null when there is none yet")
+
+
+class EventsQuery(Schema):
+    after: Annotated[int, Field(ge=0, le=INT32)] = 0
+    limit: Annotated[int, Field(ge=1, le=500)] = 100
+
+
+class EventRecord(Schema):
+    seq: int
+    kind: str
+    at: datetime
+    actor: str
+    source: str
+    data: dict[str, Any]
+
+
+class EventsPageOut(Schema):
+    events: list[EventRecord]
+    next_after: int | None = Field(description="the last seq returned; null when none")
 
 
 class ErrorDetail(Schema):
@@ -250,4 +351,4 @@ class ConflictOut(ErrorOut):
 
 
 # The error answers every operation documents (413: a body over 1 MiB).
-ERRORS = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 413: ErrorOut, 422: ErrorOut}
+ERRORS = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 405: ErrorOut, 413: ErrorOut, 422: ErrorOut}

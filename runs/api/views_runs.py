@@ -2,13 +2,14 @@
 
 from django.db import transaction
 from django.http import HttpResponse
-from ninja import Router, Status
+from ninja import Query, Router, Status
 
 from runs import transitions
-from runs.api.auth import run_for
+from runs.api import reading
+from runs.api.auth import require_agents, run_for
 from runs.api.errors import ApiError
 from runs.api.idempotency import IdempotencyKey, idempotent
-from runs.api.schemas import ERRORS, ClaimIn, CreateRunIn, RunOut
+from runs.api.schemas import ERRORS, ClaimIn, CreateRunIn, RunOut, RunsOut, RunsQuery
 from runs.api.serialize import run_out
 from runs.models import ApiRunCreator, Run
 
@@ -25,6 +26,7 @@ def create_run(request, payload: CreateRunIn, response: HttpResponse, idempotenc
     """Queue a run; with `claim: true` it comes back running, held by this key.
     Honours `Idempotency-Key`: a retry returns the first answer and creates nothing."""
     key = request.auth
+    require_agents(key, [payload.agent])
 
     def compute():
         # One transaction: nobody can claim the run between its creation and our claim.
@@ -55,8 +57,10 @@ def create_run(request, payload: CreateRunIn, response: HttpResponse, idempotenc
 @router.post("/runs/claim", response={200: RunOut, 204: None, **ERRORS}, summary="Claim the oldest queued run")
 def claim_run(request, payload: ClaimIn, response: HttpResponse, idempotency_key: IdempotencyKey = None):
     """Take the oldest queued run of one of `agents` (200), or 204 when none is queued.
-    Honours `Idempotency-Key`, so a retried claim does not take a second run."""
+    Honours `Idempotency-Key`, so a retried claim does not take a second run.
+    403 `agent_not_allowed` when one of `agents` is not this key's to run."""
     key = request.auth
+    require_agents(key, payload.agents)
 
     def compute():
         run = transitions.claim_next(worker=key.worker, agents=payload.agents)
@@ -65,6 +69,14 @@ def claim_run(request, payload: ClaimIn, response: HttpResponse, idempotency_key
     status, body = idempotent(request, key.worker, compute)
     mark_replay(request, response)
     return Status(status, body)
+
+
+@router.get("/runs", response={200: RunsOut, **ERRORS}, summary="List runs")
+def list_runs(request, query: Query[RunsQuery]):
+    """Runs newest first, filtered by `status` (repeatable), `agent` and `since`, in
+    keyset pages: pass `next_cursor` back as `cursor`. An agent key sees only the runs
+    it created or claimed."""
+    return Status(200, reading.list_runs(request.auth, query))
 
 
 @router.get("/runs/{run_id}", response={200: RunOut, **ERRORS}, summary="Read a run")

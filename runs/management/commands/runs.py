@@ -53,6 +53,12 @@ class Command(BaseCommand):
         create = keys.add_parser("create", help="mint a key and print it once")
         create.add_argument("name")
         create.add_argument("--scope", choices=["agent", "operator"], default="agent")
+        create.add_argument("--agents", default="",
+                            help="agent names an agent key may create and claim, comma-separated (required for agent "
+                                 "keys); '*' is any name but the built-in engine's (scripted, openai)")
+        agents = keys.add_parser("agents", help="replace the agent names an active key may create and claim")
+        agents.add_argument("name")
+        agents.add_argument("agents", help="comma-separated; '*' is any name but the built-in engine's")
         revoke = keys.add_parser("revoke", help="revoke the active key of that name")
         revoke.add_argument("name")
         keys.add_parser("list", help="keys, newest first (never the keys themselves)")
@@ -136,11 +142,19 @@ class Command(BaseCommand):
 
         if key_action == "create":
             try:
-                record, key = auth.create_key(options["name"], options["scope"])
+                record, key = auth.create_key(options["name"], options["scope"], agents=options["agents"])
             except ValueError as error:
                 raise CommandError(str(error), returncode=1) from None
             self.stderr.write(f"{record.scope} key {record.name!r} (acts as {record.worker}); shown once, store it now:")
             self.stdout.write(key)
+        elif key_action == "agents":
+            try:
+                changed = auth.set_agents(options["name"], options["agents"])
+            except ValueError as error:
+                raise CommandError(str(error), returncode=1) from None
+            if not changed:
+                raise CommandError(f"no active key named {options['name']!r}", returncode=1)
+            self.stdout.write(f"key {options['name']!r} may run: {', '.join(auth.clean_agents(options['agents']))}")
         elif key_action == "revoke":
             if not auth.revoke_key(options["name"]):
                 raise CommandError(f"no active key named {options['name']!r}", returncode=1)
@@ -149,7 +163,10 @@ class Command(BaseCommand):
             for record in ApiKey.objects.order_by("-created_at"):
                 state = f"revoked {record.revoked_at:%Y-%m-%d %H:%M}" if record.revoked_at else "active"
                 used = f"{record.last_used_at:%Y-%m-%d %H:%M}" if record.last_used_at else "never"
-                self.stdout.write(f"{record.name:<24} {record.scope:<9} {record.prefix}…  {state:<24} used {used}")
+                runs = "any agent" if record.is_operator else ",".join(record.agents or ()) or "no agent"
+                self.stdout.write(
+                    f"{record.name:<24} {record.scope:<9} {record.prefix}…  {state:<24} used {used:<16} runs {runs}"
+                )
 
 
 def _row(run):

@@ -43,7 +43,7 @@ def test_apikey_create_prints_the_key_once_and_stores_only_its_hash(db, capsys):
 
 
 def test_a_revoked_key_is_refused(db, capsys):
-    call_command("runs", "apikey", "create", "gone")
+    call_command("runs", "apikey", "create", "gone", "--agents", "ext")
     key = capsys.readouterr().out.strip()
     call_command("runs", "apikey", "revoke", "gone")
     assert ApiClient(key).post("/runs", {"agent": "go"}).status_code == 401

@@ -77,7 +77,7 @@ def test_the_openapi_schema_and_its_docs_page_are_served(db):
 
 
 def test_apikey_list_never_shows_a_key(db, capsys):
-    call_command("runs", "apikey", "create", "lister")
+    call_command("runs", "apikey", "create", "lister", "--agents", "ext")
     key = capsys.readouterr().out.strip()
     call_command("runs", "apikey", "list")
     listing = capsys.readouterr().out
