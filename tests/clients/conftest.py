@@ -39,6 +39,35 @@ class Operator:
 
 
 @pytest.fixture
+def answering(transactional_db):
+    """An operator in a thread who answers every approval asked of an `agent` run, as the
+    dashboard's Approve/Deny does (`transitions.resume`): approved when `rule(request)`."""
+    from django.db import connection
+
+    from runs import transitions
+
+    stop, answered = threading.Event(), []
+
+    def start(agent, rule):
+        def loop():
+            try:
+                while not stop.wait(0.05):
+                    for run in Run.objects.filter(agent=agent, status=Run.Status.WAITING_FOR_APPROVAL):
+                        approved = bool(rule(run.pending_request or {}))
+                        if transitions.resume(run.pk, by=None, answer={"approved": approved, "note": "test"}):
+                            answered.append(approved)
+            finally:
+                connection.close()
+
+        thread = threading.Thread(target=loop, daemon=True)
+        thread.start()
+        return answered
+
+    yield start
+    stop.set()
+
+
+@pytest.fixture
 def proxy(live_server_url):  # noqa: F811
     """A TcpProxy in front of the server, to cut the client's connections."""
     with TcpProxy(int(live_server_url.rsplit(":", 1)[1])) as tcp:

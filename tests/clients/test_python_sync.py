@@ -144,3 +144,32 @@ def test_a_cut_connection_is_retried_and_the_abort_still_lands(live_server_url, 
     assert proxy.accepted > accepted  # it reconnected
     assert outcome(run.id) == ("cancelled", "cancelled")
     assert Step.objects.filter(run_id=run.id).count() == 1
+
+
+def test_approvals_are_answered_approved_runs_the_tool_denied_does_not(client, answering):
+    answered = answering("client-demo", lambda request: request.get("args", {}).get("path", "").startswith("/tmp/"))
+    ran = []
+    with client.run("client-demo") as run:
+        for path in ("/tmp/a", "/etc/b"):
+            if run.wait_for_approval("rm", {"path": path}):
+                run.call_tool("rm", lambda path: ran.append(path), path=path)
+        run.step("asked twice")
+    assert ran == ["/tmp/a"] and answered == [True, False]
+    assert outcome(run.id) == ("completed", "completed")
+    (step,) = Step.objects.filter(run_id=run.id)
+    assert [c["args"] for c in step.tool_calls] == [{"path": "/tmp/a"}]
+
+
+def test_an_operator_message_is_the_answer_to_wait_for_input(client, transactional_db):
+    from runs import transitions
+
+    def operator():
+        while not Run.objects.filter(agent="client-demo", status="waiting_for_input").exists():
+            threading.Event().wait(0.05)
+        assert transitions.resume(Run.objects.get(agent="client-demo").pk, by=None, answer={"text": "blue"})
+
+    helper = Background(operator)
+    with client.run("client-demo") as run:
+        assert run.wait_for_input("which colour?") == "blue"
+    helper.result()
+    assert outcome(run.id) == ("completed", "completed")

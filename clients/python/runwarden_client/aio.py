@@ -255,14 +255,26 @@ class AsyncRun:
                                                   {"status": status, "request": request})
         if state == 409:
             self._conflict(answer)
+        asked = time.monotonic()
         while True:
             self.checkpoint()
             try:
                 answer = await asyncio.wait_for(self.answers.get(), 0.1)
             except TimeoutError:
+                if time.monotonic() - asked >= self.client.heartbeat_s:  # the slow path, as for cancels
+                    asked = time.monotonic()
+                    self._take((await self.client.request("GET", f"/runs/{self.id}/inputs"))[1]["inputs"])
                 continue
             await self.client.request("POST", f"/runs/{self.id}/inputs/{answer['id']}/ack")
             return answer
+
+    def _take(self, answers):
+        """Queue the answers not seen before (the long-poll repeats them until acked)."""
+        fresh = [a for a in answers if a["id"] not in self._seen_answers]
+        self._seen_answers.update(a["id"] for a in fresh)
+        for answer in fresh:
+            self.answers.put_nowait(answer)
+        return bool(fresh)
 
     async def _pump(self):
         while not self._stopped.is_set():
@@ -304,9 +316,5 @@ class AsyncRun:
                 self._stop(body["cancel"].get("source", ""), body["cancel"].get("note", ""))
             elif not body.get("held"):
                 self._stop("server", f"the run is no longer ours ({body.get('status')})", lost=True)
-            fresh = [a for a in body.get("inputs") or () if a["id"] not in self._seen_answers]
-            for answer in fresh:
-                self._seen_answers.add(answer["id"])
-                self.answers.put_nowait(answer)
-            if body.get("inputs") and not fresh:
+            if body.get("inputs") and not self._take(body["inputs"]):
                 await asyncio.sleep(0.1)  # answers not yet acked: the poll answers at once until they are

@@ -265,14 +265,27 @@ class Run:
         state, answer = self.client.request("POST", f"/runs/{self.id}/suspend", {"status": status, "request": request})
         if state == 409:
             self._conflict(answer)
+        asked = time.monotonic()
         while True:
             self.checkpoint()
             try:
                 answer = self.answers.get(timeout=0.1)
             except queue.Empty:
+                if time.monotonic() - asked >= self.client.heartbeat_s:  # the slow path, as for cancels
+                    asked = time.monotonic()
+                    self._take(self.client.request("GET", f"/runs/{self.id}/inputs")[1]["inputs"])
                 continue
             self.client.request("POST", f"/runs/{self.id}/inputs/{answer['id']}/ack")
             return answer
+
+    def _take(self, answers):
+        """Queue the answers not seen before (the long-poll repeats them until acked)."""
+        with self._send:
+            fresh = [a for a in answers if a["id"] not in self._seen_answers]
+            self._seen_answers.update(a["id"] for a in fresh)
+        for answer in fresh:
+            self.answers.put(answer)
+        return bool(fresh)
 
     def _pump(self):
         while not self._stopped.is_set():
@@ -305,7 +318,9 @@ class Run:
             try:
                 response = self.client.http.get(f"/runs/{self.id}/control", params={"wait": self.client.poll_s},
                                                 timeout=self.client.poll_s + 15)
-            except httpx.TransportError:
+            except (httpx.TransportError, RuntimeError):  # RuntimeError: the Client was closed under us
+                if self._stopped.is_set():
+                    return
                 self._stopped.wait(c.backoff(attempt))  # a cut connection: poll again, backing off
                 attempt += 1
                 continue
@@ -319,9 +334,5 @@ class Run:
                 self._stop(body["cancel"].get("source", ""), body["cancel"].get("note", ""))
             elif not body.get("held"):
                 self._stop("server", f"the run is no longer ours ({body.get('status')})", lost=True)
-            fresh = [a for a in body.get("inputs") or () if a["id"] not in self._seen_answers]
-            for answer in fresh:
-                self._seen_answers.add(answer["id"])
-                self.answers.put(answer)
-            if body.get("inputs") and not fresh:
+            if body.get("inputs") and not self._take(body["inputs"]):
                 self._stopped.wait(0.1)  # answers not yet acked: the poll answers at once until they are

@@ -13,22 +13,14 @@
 // a cancel too. A cancel sets `run.cancelled` and aborts `run.signal`; `checkpoint()`,
 // `stream()`, `step()`, `callTool()` and `sleep()` then throw `Cancelled`.
 import type {
-  ControlOut, CreateRunIn, DiscardIn, EventsOut, HeartbeatOut, RunOut, SettleIn, SettleOut, StepIn, ToolCallIn,
+  AnswerOut, ControlOut, CreateRunIn, DiscardIn, EventsOut, HeartbeatOut, RunOut, SettleIn, SettleOut, StepIn,
+  TicketOut, ToolCallIn,
 } from "./schema.js";
 
 export type * from "./schema.js";
 
 /** An operator's answer to a waiting run (see docs/agent-api.md, "Operator answers"). */
-export interface Answer {
-  id: number;
-  kind: "approval" | "message";
-  approved: boolean | null;
-  note: string;
-  text: string;
-  request: Record<string, unknown> | null;
-}
-
-type Control = ControlOut & { inputs?: Answer[] };
+export type Answer = AnswerOut;
 type Event =
   | { type: "delta"; step: number; offset: number; text: string }
   | { type: "tool"; step: number; id: string; name: string; state: "started" | "finished" | "failed";
@@ -153,6 +145,8 @@ export class Run {
   readonly input: unknown;
   cancelled: Cancelled | null = null;
   settled: SettleOut | null = null;
+  /** How the control channel reaches this run now: "socket" once the server said ready, else "long-poll". */
+  controlVia: "socket" | "long-poll" | null = null;
   private readonly abort = new AbortController();
   private readonly done = new AbortController(); // the run's end: stops the background loops
   private delivered = false;
@@ -411,12 +405,19 @@ export class Run {
     await this.flush();
     const [code, answer] = await this.client.request("POST", `/runs/${this.id}/suspend`, { status, request });
     if (code === 409) this.conflict(answer);
-    for (;;) {
+    for (let asked = Date.now(); ; ) {
       this.checkpoint();
       const next = this.answers.shift();
       if (next) {
         await this.ack(next.id);
         return next;
+      }
+      if (Date.now() - asked >= this.client.opts.heartbeatMs) {
+        // The slow path, as the heartbeat is for cancels: an answer whose push was lost is read here.
+        asked = Date.now();
+        const [status, listed] = await this.client.request<{ inputs: Answer[] }>("GET", `/runs/${this.id}/inputs`);
+        if (status === 200) this.take(listed.inputs);
+        continue;
       }
       await new Promise<void>((resolve) => {
         this.answerWaiter = resolve;
@@ -476,8 +477,9 @@ export class Run {
   }
 
   private async pollOnce(): Promise<void> {
-    const [status, body] = await this.client.request<Control>("GET",
+    const [status, body] = await this.client.request<ControlOut>("GET",
       `/runs/${this.id}/control?wait=${this.client.opts.pollS}`, undefined, { signal: this.done.signal });
+    this.controlVia = "long-poll";
     if (status !== 200) return;
     if (body.cancel) this.stop(new Cancelled(body.cancel.source, body.cancel.note));
     else if (!body.held) this.stop(new Cancelled("server", `the run is no longer ours (${body.status})`, false, true));
@@ -486,7 +488,7 @@ export class Run {
 
   /** One control-socket connection, until it closes. False when the server has no tickets. */
   private async socketOnce(): Promise<boolean> {
-    const [status, ticket] = await this.client.request<{ url: string }>("POST", `/runs/${this.id}/ticket`)
+    const [status, ticket] = await this.client.request<TicketOut>("POST", `/runs/${this.id}/ticket`)
       .catch((error) => { if (error instanceof RunwardenError && [404, 405].includes(error.status)) return [404, null] as const; throw error; });
     if (status !== 201 || !ticket) return false;
     const base = this.client.url.replace(/^http/, "ws").replace(/\/+$/, "");
@@ -498,7 +500,8 @@ export class Run {
       socket.onopen = () => { opened = true; };
       socket.onmessage = (message) => {
         const frame = JSON.parse(String(message.data));
-        if (frame.type === "cancel") this.stop(new Cancelled(frame.source, frame.note, frame.hard === true));
+        if (frame.type === "ready") this.controlVia = "socket";
+        else if (frame.type === "cancel") this.stop(new Cancelled(frame.source, frame.note, frame.hard === true));
         else if (frame.type === "input") this.take([frame.input]);
       };
       socket.onerror = () => { if (!opened) reject(new Error("control socket failed")); };

@@ -18,6 +18,8 @@ const abort = async (id) => {
   assert.equal(status, 200);
   assert.equal(body.outcome, "requested");
 };
+const SOCKET = process.env.RUNWARDEN_EXPECT_SOCKET === "1"; // run with --experimental-websocket
+const viaExpected = SOCKET ? "socket" : "long-poll";
 const discards = async (id) => {
   const [status, body] = await OPS.request("GET", `/runs/${id}/events?limit=500`).catch(() => [404, null]);
   return status === 200 ? body.events.filter((e) => e.kind === "step_discarded").map((e) => e.data) : null;
@@ -44,9 +46,10 @@ test("a run streams, commits and settles completed", async () => {
 
 test("abort mid-stream discards the step and settles cancelled", async () => {
   const client = new Client(URL, KEY, options);
-  let id, streamed = false;
+  let id, streamed = false, runRef = {};
   const body = client.withRun("ts-agent", {}, async (run) => {
     id = run.id;
+    runRef = run;
     run.stream("first ");
     await run.step();
     for (;;) {
@@ -55,7 +58,7 @@ test("abort mid-stream discards the step and settles cancelled", async () => {
       await run.sleep(10);
     }
   });
-  await until(() => streamed);
+  await until(() => streamed && runRef.controlVia === viaExpected);
   await abort(id);
   assert.equal(await body, undefined);
   const row = await read(id);
@@ -144,3 +147,20 @@ test("a cut connection is retried and the abort still lands", async () => {
   assert.deepEqual([row.status, row.termination_reason, row.totals.steps], ["cancelled", "cancelled", 1]);
 });
 
+
+test("an approval is answered: approved goes on, denied does not run the tool", async () => {
+  // tests/clients/test_typescript.py's operator approves paths under /tmp and denies the rest.
+  const client = new Client(URL, KEY, options);
+  const ran = [];
+  let id;
+  await client.withRun("ts-agent", { title: "approvals" }, async (run) => {
+    id = run.id;
+    for (const path of ["/tmp/a", "/etc/b"]) {
+      if (await run.waitForApproval("rm", { path })) await run.callTool("rm", (args) => ran.push(args.path), { path });
+    }
+    await run.step("asked twice");
+  });
+  assert.deepEqual(ran, ["/tmp/a"]);
+  const row = await read(id);
+  assert.deepEqual([row.status, row.totals.steps], ["completed", 1]);
+});
