@@ -30,7 +30,7 @@ from runs.api.auth import find_key, token_from_header
 from runs.api.control import control_state
 from runs.api.db import db_call
 from runs.api.errors import ApiError, error_body
-from runs.api.revocation import key_group
+from runs.api.revocation import key_group, still_active
 from runs.models import Run
 from runs.transitions import parse_id
 from runs.transitions.inputs import ack_answer
@@ -149,6 +149,9 @@ class AgentControlConsumer(AsyncWebsocketConsumer):
             message = None
         kind = message.get("type") if isinstance(message, dict) else None
         if kind == "ping":
+            # The revocation message is the fast path; a ping re-reads the key in case it was lost.
+            if not await db_call(still_active)(self.key):
+                return await self.refuse(ApiError(401, "this key was revoked"))
             await self.send(dumps({"type": "pong"}))
         elif kind == "ack" and isinstance(message.get("id"), int) and not isinstance(message["id"], bool):
             if await db_call(_ack)(self.key, self.run_pk, message["id"]):

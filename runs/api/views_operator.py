@@ -1,4 +1,5 @@
-"""Operator keys only: cancel (cooperative) and retire (force cancel)."""
+"""Operator keys only: abort (the cooperative cancel; `/cancel` is its older spelling,
+kept as an alias) and retire (end a run without its worker)."""
 
 from typing import Annotated
 
@@ -26,9 +27,12 @@ def _standing(run):
     return {"status": row.status, "reason": row.termination_reason}
 
 
-@router.post("/runs/{run_id}/cancel", response={200: CancelOut, 409: ConflictOut, **ERRORS}, summary="Cancel")
+@router.post("/runs/{run_id}/abort", response={200: CancelOut, 409: ConflictOut, **ERRORS}, summary="Abort",
+             operation_id="abort_run")
+@router.post("/runs/{run_id}/cancel", response={200: CancelOut, 409: ConflictOut, **ERRORS},
+             summary="Abort (older spelling of /abort)", operation_id="cancel_run")
 def cancel(request, run_id: str, payload: Annotated[CancelIn | None, Body()] = None):
-    """Ask the run to stop: a queued run is cancelled at once (`settled`), a live one
+    """Ask the run to stop (it ends `cancelled`): a queued run is cancelled at once (`settled`), a live one
     is signalled on its control channel (`requested`; asking again is
     `already_requested`). 409 when it had already ended."""
     key = request.auth

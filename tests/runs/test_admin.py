@@ -73,3 +73,16 @@ def test_changelist_filters(operator, make_run, run_in):
     page = operator.get(CHANGELIST, {"status__exact": "failed"})
     assert page.status_code == 200
     assert list(page.context["cl"].queryset.values_list("agent", flat=True)) == ["beta"]
+
+
+def test_the_admin_edits_only_a_keys_agent_names(client):
+    from runs.api.auth import create_key
+    from runs.models import ApiKey
+
+    record, _ = create_key("edited", agents=["ext-a"])
+    client.force_login(User.objects.create_superuser("root", password="pw"))
+    url = reverse("admin:runs_apikey_change", args=[record.pk])
+    response = client.post(url, {"agents": '["ext-b", " ext-b", "scripted"]', "name": "renamed", "scope": "operator"})
+    assert response.status_code == 302, response.content[:500]
+    record = ApiKey.objects.get(pk=record.pk)
+    assert (record.name, record.scope, record.agents) == ("edited", "agent", ["ext-b", "scripted"])

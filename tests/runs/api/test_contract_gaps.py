@@ -80,3 +80,12 @@ def test_offsets_are_code_points(agent, held_run):
     events = [delta(0, 0, "a😀"), delta(0, 2, "b")]
     assert client.post(f"/runs/{run_id}/events", {"events": events}).status_code == 200
     assert ApiInflight.objects.get(run_id=run_id).text == "a😀b"
+
+
+@pytest.mark.parametrize("verb", ["abort", "cancel"])
+def test_abort_and_its_older_spelling_cancel_do_the_same(operator, held_run, verb):
+    _, ops = operator
+    run_id = held_run()
+    response = ops.post(f"/runs/{run_id}/{verb}", {"note": "enough"})
+    assert (response.status_code, response.json()["outcome"]) == (200, "requested")
+    assert Run.objects.get(pk=run_id).cancel_note == "enough"

@@ -150,3 +150,14 @@ async def test_a_long_poll_answers_a_viewers_resync_too():
     assert (snapshot["text"], snapshot["resync"]) == ("polled", True)
     assert not poll.done()  # the poll goes on waiting for a cancel
     poll.cancel()
+
+
+async def test_a_ping_finds_a_revocation_whose_message_was_lost(monkeypatch):
+
+    _, _, _, socket = await opened("quietly-revoked")
+    monkeypatch.setattr("runs.api.revocation.announce_revoked", lambda ids: None)  # the message is lost
+    assert await database_sync_to_async(revoke_key)("quietly-revoked")
+    await socket.send_json_to({"type": "ping"})
+    message = await socket.receive_json_from(timeout=2)
+    assert (message["type"], message["error"]["code"]) == ("error", "unauthorized")
+    assert (await socket.receive_output(timeout=2))["code"] == 4401
