@@ -210,6 +210,7 @@ class Run:
         finally:
             self._stopped.set()
             self._wake.set()
+            self._threads[0].join(5)  # the pump: no heartbeat after the Client closes
         return False
 
     def _finish_completed(self):
@@ -303,6 +304,8 @@ class Run:
                 pass  # the signal is set; the agent's thread meets it at its checkpoint
             except RunwardenError:
                 pass  # retried for retry_for_s already; the next round tries again
+            except RuntimeError:  # the Client was closed under us: nothing left to send
+                return
 
     def _heartbeat(self):
         _, beat = self.client.request("POST", f"/runs/{self.id}/heartbeat")
