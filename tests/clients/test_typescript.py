@@ -34,7 +34,7 @@ def test_the_node_suite_passes_against_a_real_server(live_server_url, answering,
            "RUNWARDEN_EXPECT_SOCKET": "1" if control == "socket" else "0"}
     flags = ["--experimental-websocket"] if control == "socket" else []
     done = subprocess.run([NODE, *flags, "--test", "--test-reporter=spec", "test/"], cwd=TS, env=env,
-                          capture_output=True, text=True, timeout=int(os.environ.get("H13B_T", "240")))
+                          capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
     assert "# fail 0" in done.stdout or "ℹ fail 0" in done.stdout, done.stdout[-3000:]
 
