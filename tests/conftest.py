@@ -84,26 +84,38 @@ def live_server_url(django_db_setup, django_db_blocker):
     `_shared_layer`) the server gets the same URL and prefix, so the two share it; without
     it, the server has its own in-memory one. Static files are served by the app itself
     (ServeStatic, DEBUG=0), as in production."""
+    with django_db_blocker.unblock():
+        url, server = start_daphne(_layer_env())
+    yield url
+    server.terminate()
+    server.wait(timeout=10)
+
+
+def start_daphne(layer_env):
+    """Start daphne on the test database in a process of its own (a fresh interpreter,
+    never a fork of this one: a fork would inherit Playwright's loop and open sockets),
+    with `layer_env` (REDIS_URL and prefix, or {} for an in-memory layer). Returns
+    (its URL, the process) once it accepts connections."""
     import os
     import socket
     import subprocess
     import sys
+    import threading
     from pathlib import Path
 
     from django.db import connection, connections
 
-    with django_db_blocker.unblock():
-        database = connection.settings_dict
-        if connection.vendor == "sqlite":
-            url = f"sqlite:///{database['NAME']}"
-        else:
-            url = f"postgres://{database['USER']}@{database['HOST']}:{database['PORT'] or 5432}/{database['NAME']}"
-        connections.close_all()
+    database = connection.settings_dict
+    if connection.vendor == "sqlite":
+        url = f"sqlite:///{database['NAME']}"
+    else:
+        url = f"postgres://{database['USER']}@{database['HOST']}:{database['PORT'] or 5432}/{database['NAME']}"
+    connections.close_all()
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     env = {**os.environ, "DATABASE_URL": url, "DEBUG": "0", "SECRET_KEY": os.environ.get("SECRET_KEY") or "test",
-           "ALLOWED_HOSTS": "127.0.0.1,localhost", "RUNWARDEN_EMBEDDED": "0", **_layer_env()}
+           "ALLOWED_HOSTS": "127.0.0.1,localhost", "RUNWARDEN_EMBEDDED": "0", **layer_env}
     server = subprocess.Popen(
         [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "dashboard.asgi:application"],
         cwd=Path(__file__).resolve().parents[1], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
@@ -114,12 +126,8 @@ def live_server_url(django_db_setup, django_db_blocker):
     else:
         raise RuntimeError(f"daphne did not start (exit {server.wait()})")
     # Keep draining its log so a chatty server never blocks on a full pipe.
-    import threading
-
     threading.Thread(target=lambda: [None for _ in server.stderr], daemon=True).start()
-    yield f"http://127.0.0.1:{port}"
-    server.terminate()
-    server.wait(timeout=10)
+    return f"http://127.0.0.1:{port}", server
 
 
 def _layer_env():

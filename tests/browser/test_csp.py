@@ -65,7 +65,7 @@ def test_pages_pass_the_policy_live_and_abort_included(page, context, live_serve
     expect(page.locator("#run-header")).to_contain_text("Aborting…")
     go.set()
     expect(page.get_by_test_id("run-status")).to_have_text("cancelled")
-    assert worker.result(10) is True
+    assert worker.result(10) == "settled"  # SettleOutcome.SETTLED
     # htmx would inject its indicator <style> (refused by style-src) unless configured off.
     assert page.evaluate("document.querySelectorAll('style').length") == 0
     assert events(page) == []

@@ -168,13 +168,13 @@ def test_abort_confirm_cancelling_then_cancelled_live_and_the_list_follows(page,
     expect(page.get_by_test_id("abort-button")).to_be_disabled()
     expect(page.get_by_test_id("run-status")).to_have_text("running")
     expect(page.locator("#run-header")).to_contain_text("Aborting…")
-    expect(list_page.locator(f'[data-run-id="{run.id}"]')).to_contain_text("cancelling…")
+    expect(list_page.locator(f'[data-run-id="{run.id}"]')).to_contain_text("Aborting…")
 
     go.set()  # the worker reaches its checkpoint
     # Generous waits: what matters is that the page turns cancelled by itself (live), not
     # how fast a loaded machine gets there (that is bench_live's and bench_cancel's job).
     expect(page.get_by_test_id("run-status")).to_have_text("cancelled", timeout=20_000)
-    assert worker.result(20) is True
+    assert worker.result(20) == "settled"  # SettleOutcome.SETTLED
     expect(list_badge).to_have_text("cancelled", timeout=20_000)
     expect(page.locator("#run-header")).not_to_contain_text("Aborting…")
     expect(page.get_by_test_id("ended")).to_contain_text("The run has ended: cancelled")

@@ -1,4 +1,4 @@
-"""Fixtures for the official clients: a real daphne (tests/runs/api's `live_server_url`,
+"""Fixtures for the official clients: a real daphne (the suite's `live_server_url`,
 on the test database: SQLite, or PostgreSQL + Redis in the second pass), keys, and an
 operator who aborts over HTTP, as the dashboard's Abort does through the same
 `request_cancel` — so the cancel is published on the server's own channel layer and
@@ -12,7 +12,6 @@ import pytest
 from runs.api.auth import create_key
 from runs.models import Run, RunEvent
 from tests.faults import TcpProxy
-from tests.runs.api.conftest import live_server_url  # noqa: F401  (the fixture, re-exported)
 
 
 @pytest.fixture
@@ -21,7 +20,7 @@ def agent_key(transactional_db):
 
 
 @pytest.fixture
-def operator(transactional_db, live_server_url):  # noqa: F811
+def operator(transactional_db, live_server_url):
     token = create_key("client-ops", "operator")[1]
     with httpx.Client(base_url=f"{live_server_url}/api/v1", headers={"Authorization": f"Bearer {token}"},
                       timeout=30) as http:
@@ -68,7 +67,7 @@ def answering(transactional_db):
 
 
 @pytest.fixture
-def proxy(live_server_url):  # noqa: F811
+def proxy(live_server_url):
     """A TcpProxy in front of the server, to cut the client's connections."""
     with TcpProxy(int(live_server_url.rsplit(":", 1)[1])) as tcp:
         yield tcp

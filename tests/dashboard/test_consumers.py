@@ -126,7 +126,7 @@ async def test_list_catches_up_what_changed_since_the_page_was_rendered(operator
     await request_cancel(run.id, by="op")
     ws = await connected("/ws/runs/?page=1&since=0", operator)
     text = await frame_with(ws, str(run.id))
-    assert "cancelling…" in text
+    assert "Aborting…" in text
     await ws.disconnect()
 
 

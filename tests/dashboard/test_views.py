@@ -69,7 +69,7 @@ def test_list_marks_a_cancelling_run(op_client, running_run):
     transitions.request_cancel(run.id, by="op")
     html = op_client.get("/").content.decode()
     row = html[html.index(f'data-run-id="{run.id}"'):]
-    assert "cancelling…" in row[: row.index("</div>")]
+    assert "Aborting…" in row[: row.index("</div>")]
 
 
 @pytest.mark.parametrize(

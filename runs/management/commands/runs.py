@@ -181,7 +181,7 @@ class Command(BaseCommand):
 
 
 def _row(run):
-    cancelling = " cancelling…" if run.is_cancelling else ""
+    cancelling = " aborting…" if run.is_cancelling else ""
     return f"{run.id}  {run.status:<20} {run.reason_label or '-':<17} {run.agent:<12} {run.title}{cancelling}"
 
 
