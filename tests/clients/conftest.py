@@ -53,7 +53,7 @@ def answering(transactional_db):
                 while not stop.wait(0.05):
                     for run in Run.objects.filter(agent=agent, status=Run.Status.WAITING_FOR_APPROVAL):
                         approved = bool(rule(run.pending_request or {}))
-                        if transitions.resume(run.pk, by=None, answer={"approved": approved, "note": "test"}):
+                        if transitions.resume(run.pk, expect="waiting_for_approval", by=None, answer={"approved": approved, "note": "test"}):
                             answered.append(approved)
             finally:
                 connection.close()

@@ -166,7 +166,7 @@ def test_an_operator_message_is_the_answer_to_wait_for_input(client, transaction
     def operator():
         while not Run.objects.filter(agent="client-demo", status="waiting_for_input").exists():
             threading.Event().wait(0.05)
-        assert transitions.resume(Run.objects.get(agent="client-demo").pk, by=None, answer={"text": "blue"})
+        assert transitions.resume(Run.objects.get(agent="client-demo").pk, expect="waiting_for_input", by=None, answer={"text": "blue"})
 
     helper = Background(operator)
     with client.run("client-demo") as run:
