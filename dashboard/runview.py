@@ -50,7 +50,7 @@ def buttons(run, access):
     live = not run.is_terminal
     return {
         "abort": live,
-        "retire": run.status in Run.LIVE and (rules.is_stuck(run) or rules.is_not_honoured(run)),
+        "retire": run.status in Run.LIVE and (rules.is_stuck(run) or cancel_unhonoured(run)),
         "retry": run.is_retryable and run.retried_at is None,
         "approve": run.status == Run.Status.WAITING_FOR_APPROVAL and not run.is_cancelling,
         "send_input": run.status == Run.Status.WAITING_FOR_INPUT and not run.is_cancelling,

@@ -12,8 +12,7 @@ from tests.dashboard.test_consumers import connected, frame_with, request_cancel
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
 RETIRE = 'data-testid="retire-button"'
-# The verb is being renamed (force_cancel → retire); either spelling is the same transition.
-retire = database_sync_to_async(getattr(transitions, "retire", None) or transitions.force_cancel)
+retire = database_sync_to_async(transitions.retire)
 escalate_cancel = database_sync_to_async(transitions.escalate_cancel)
 record_discard = database_sync_to_async(transitions.record_discard)
 

@@ -32,8 +32,8 @@ CRAFTED = [
 
 
 @pytest.mark.parametrize("raw", CRAFTED)
-def test_a_crafted_cursor_is_ignored_not_a_500(op_client, running, raw):
-    run = running(title="the only run")
+def test_a_crafted_cursor_is_ignored_not_a_500(op_client, running_run, raw):
+    run = running_run(title="the only run")
     response = op_client.get("/", {"before": crafted(raw)})
     assert response.status_code == 200
     assert row_ids(response.content.decode()) == [str(run.id)]  # read in UTC, or ignored: never a 500
@@ -41,8 +41,8 @@ def test_a_crafted_cursor_is_ignored_not_a_500(op_client, running, raw):
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("raw", CRAFTED[:2])
-def test_a_crafted_cursor_is_ignored_on_postgresql(postgres, op_client, running, raw):
-    running()
+def test_a_crafted_cursor_is_ignored_on_postgresql(postgres, op_client, running_run, raw):
+    running_run()
     assert op_client.get("/", {"before": crafted(raw)}).status_code == 200
 
 

@@ -332,8 +332,7 @@ def test_bulk_abort_reports_what_it_did(op_client, make_run, running_run, watche
     assert watcher_client.post("/runs/bulk", {"action": "cancel", "run": ids}).status_code == 403
     response = op_client.post("/runs/bulk", {"action": "cancel", "run": ids, "next": "/?status=running"}, follow=True)
     assert response.redirect_chain[-1][0] == "/?status=running"
-    assert ("Abort of 3 runs: 1 settled, 1 requested, "
-            "1 had already ended.") in response.content.decode()
+    assert "Abort of 3 runs: 1 had already ended, 1 requested, 1 settled." in response.content.decode()
     assert Run.objects.get(pk=queued.pk).status == "cancelled"
     assert Run.objects.get(pk=live.pk).is_cancelling
 

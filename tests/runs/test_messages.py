@@ -53,7 +53,7 @@ async def test_retire_and_escalation_tell_the_worker_through_their_transitions()
     layer, executor = await listen(groups.control(run.id))
     await database_sync_to_async(transitions.request_cancel)(run.id, by="op", note="stop")
     assert await asyncio.wait_for(layer.receive(executor), 2) == {
-        "type": "run.cancel", "run_id": str(run.id), "source": "user", "note": "stop",
+        "type": "run.cancel", "run_id": str(run.id), "source": "dashboard", "note": "stop",
     }
     assert await database_sync_to_async(transitions.escalate_cancel)(run.id)
     assert (await asyncio.wait_for(layer.receive(executor), 2))["hard"] is True
