@@ -99,6 +99,8 @@ class Heartbeats:
             if entry is None or beat is None:  # ended while the beat was in flight
                 continue
             state, deadline = entry
+            if not beat.held and state.parking:
+                continue  # released by its own engine to wait, not taken from it
             if not beat.held:  # retired, reaped or taken over: stop now, whatever it awaits
                 state.lost = True
                 state.fire("lost")

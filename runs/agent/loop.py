@@ -83,9 +83,10 @@ class Engine:
     """Runs one claimed run to an `Outcome`; never settles (the runner does)."""
 
     def __init__(self, run, *, worker_id, signal, provider, db, progress, config, breaker, stats, tools=None,
-                 policy=None, fire=None):
+                 policy=None, fire=None, parking=None):
         self.run_id = run.id
         self.fire = fire or signal.cancel  # how the engine fires its own signal (the runner notes why)
+        self.parking = parking or (lambda: None)  # tells the runner a release is coming (see _park)
         self.worker_id = worker_id
         self.signal = signal
         self.provider = provider
@@ -262,6 +263,9 @@ class Engine:
                 release=True, timeout_s=self.wait_s, charge=charge,
             )
 
+        # Before the suspend: a heartbeat answered after its commit says "not held", and
+        # must not be taken for a retire (a refused suspend still ends in LostRun below).
+        self.parking()
         # Held through an outage, retried only while nothing can have committed.
         parked, _ = await hold(attempt, what=f"run {self.run_id}: releasing it to wait", signal=self.signal)
         if not parked:

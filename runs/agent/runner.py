@@ -82,6 +82,9 @@ class RunState:
     fired_at: float = 0.0  # monotonic: when the cancel reached this worker
     engine_task: object = None  # the engine's run, dropped by a hard stop
     hard_stopped: bool = False
+    # The engine is releasing the run to wait (suspend with release): from its commit on,
+    # a heartbeat answers "not held" because of that release, not because it was taken.
+    parking: bool = False
 
     def fire(self, via):
         if not self.signal.is_cancelled():
@@ -127,6 +130,7 @@ async def execute(run, *, signal, ctx, state=None):
                 progress=progress, config=ctx.config, breaker=ctx.breakers.get(provider.name),
                 stats=ctx.stats, tools=ctx.tools() if ctx.tools else None, policy=ctx.policy,
                 fire=lambda: state.fire("commit refused"),
+                parking=lambda: setattr(state, "parking", True),
             )
             state.engine_task = asyncio.ensure_future(engine.run())
             try:

@@ -103,3 +103,27 @@ async def test_a_cancel_lands_through_the_batched_heartbeat_with_the_fast_path_d
     settled = [r.getMessage() for r in caplog.records if "settled cancelled/cancelled" in r.getMessage()]
     cancelled_by_op = [line for line in settled if any(str(i) in line for i in doomed)]
     assert len(cancelled_by_op) == 3 and all("cancel via heartbeat" in line for line in cancelled_by_op)
+
+
+@pytest.mark.parametrize("parking", [True, False])
+async def test_a_beat_answered_after_the_engine_released_its_run_does_not_stop_it(recording, parking):
+    """The engine releases a run to wait (suspend with release) while a beat is in
+    flight: the beat's "not held" is that release, not a retire, so the run is not
+    hard-stopped (it was, and the engine reported LOST instead of PARKED). Without the
+    parking mark, "not held" still stops the run at once."""
+    from runs.agent.cancel import CancelSignal
+    from runs.agent.heartbeats import Heartbeats
+    from runs.agent.runner import RunState
+
+    def released():
+        run = transitions.create_run(agent="scripted")
+        assert transitions.claim(run.id, worker="w-test")
+        assert transitions.suspend(run.id, worker="w-test", status="waiting_for_approval", request={}, release=True)
+        return run.id
+
+    run_id = await recording.call(released)
+    state = RunState(run_id, CancelSignal(), parking=parking)
+    beats = Heartbeats(worker_id="w-test", db=recording, interval_s=60)
+    beats._runs[run_id] = (state, None)  # registered before the release, as execute() does
+    await beats._beat([run_id])
+    assert (state.lost, state.signal.is_cancelled()) == (not parking, not parking)
