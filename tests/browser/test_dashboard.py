@@ -178,7 +178,7 @@ def test_abort_confirm_cancelling_then_cancelled_live_and_the_list_follows(page,
     expect(list_badge).to_have_text("cancelled", timeout=20_000)
     expect(page.locator("#run-header")).not_to_contain_text("Aborting…")
     expect(page.get_by_test_id("ended")).to_contain_text("The run has ended: cancelled")
-    expect(page.get_by_test_id("outcome")).to_contain_text("Cancel requested")  # the answer stays
+    expect(page.get_by_test_id("outcome")).to_contain_text("Abort requested")  # the answer stays
     expect(page.get_by_test_id("abort-button")).to_have_count(0)
     expect(page.locator("#timeline")).to_contain_text("runaway loop")
     assert_not_reloaded(page)
