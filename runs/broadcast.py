@@ -39,10 +39,6 @@ def announce(run, event, *, to_worker=None):
     its viewers what changed."""
     message = messages.changed(run, event)
     sends = [(groups.control(run.id), to_worker)] if to_worker is not None else []
-    if event.kind == "resumed":
-        # An operator answered: an API agent's control channel delivers the answer. (Once
-        # every verb builds its own worker message, `resume` can pass this as to_worker.)
-        sends.append((groups.control(run.id), {"type": "run.answered", "run_id": str(run.id)}))
     sends += [(groups.viewers(run.id), message), (groups.LIST_GROUP, message)]
     send_all(sends)
 

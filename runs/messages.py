@@ -22,6 +22,7 @@ their keys for readers and type checkers.
 from typing import TypedDict
 
 CHANGED, CANCEL, RESYNC, PROGRESS = "run.changed", "run.cancel", "run.resync", "run.progress"
+ANSWERED = "run.answered"  # an operator answered a held wait: its holder fetches the answer
 
 STARTED, FINISHED, FAILED = "started", "finished", "failed"
 TOOL_STATES = (STARTED, FINISHED, FAILED)
@@ -81,6 +82,15 @@ def cancel(run, *, hard=False) -> Cancel:
 
 def hard_stop(run) -> Cancel:
     return cancel(run, hard=True)
+
+
+class Answered(TypedDict):
+    type: str
+    run_id: str
+
+
+def answered(run) -> Answered:
+    return {"type": ANSWERED, "run_id": str(run.id)}
 
 
 def resync(reply_channel) -> Resync:

@@ -7,7 +7,7 @@ from django.db import connection, transaction
 from django.db.models import DateTimeField, ExpressionWrapper, F, Q
 from django.db.models.functions import Coalesce, Now
 
-from runs import broadcast
+from runs import broadcast, messages
 from runs.models import Run, RunEvent, RunInput
 from runs.transitions._guard import ALLOWED_FROM, E, S, Heartbeat, actor_name, guarded, origin, parse_id, refused, standing
 from runs.transitions.outcomes import ClaimOutcome, ResumeOutcome, SuspendOutcome
@@ -260,6 +260,7 @@ def resume(run_id, *, expect, by=None, answer=None, source=Run.CancelSource.DASH
         outcome = ResumeOutcome.RESUMED
         run = guarded(
             run_id, "resume", guard=Q(status=expect) & ~Q(worker=""), data={"answer": answer, **where}, **common,
+            to_worker=messages.answered,  # its holder (an API agent) fetches the answer
             status=S.RUNNING, pending_request=None,
         )
         if run is None:
