@@ -45,7 +45,7 @@ def answering(transactional_db):
 
     from runs import transitions
 
-    stop, answered = threading.Event(), []
+    stop, answered, broken = threading.Event(), [], []
 
     def start(agent, rule):
         def loop():
@@ -53,8 +53,13 @@ def answering(transactional_db):
                 while not stop.wait(0.05):
                     for run in Run.objects.filter(agent=agent, status=Run.Status.WAITING_FOR_APPROVAL):
                         approved = bool(rule(run.pending_request or {}))
-                        if transitions.resume(run.pk, expect="waiting_for_approval", by=None, answer={"approved": approved, "note": "test"}):
+                        answer = {"approved": approved, "note": "test"}
+                        if transitions.resume(run.pk, expect="waiting_for_approval", by=None, answer=answer):
                             answered.append(approved)
+            except Exception as error:  # the agent would wait for an answer forever: abort it, so the test fails
+                broken.append(error)
+                for run in Run.objects.filter(agent=agent, status__in=Run.NON_TERMINAL):
+                    transitions.request_cancel(run.pk, by="answering fixture", note=repr(error))
             finally:
                 connection.close()
 
@@ -64,6 +69,7 @@ def answering(transactional_db):
 
     yield start
     stop.set()
+    assert not broken, f"the answering operator failed: {broken[0]!r}"
 
 
 @pytest.fixture

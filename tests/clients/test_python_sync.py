@@ -166,7 +166,12 @@ def test_an_operator_message_is_the_answer_to_wait_for_input(client, transaction
     def operator():
         while not Run.objects.filter(agent="client-demo", status="waiting_for_input").exists():
             threading.Event().wait(0.05)
-        assert transitions.resume(Run.objects.get(agent="client-demo").pk, expect="waiting_for_input", by=None, answer={"text": "blue"})
+        run_id = Run.objects.get(agent="client-demo").pk
+        try:
+            assert transitions.resume(run_id, expect="waiting_for_input", by=None, answer={"text": "blue"})
+        except BaseException:  # the agent would wait forever: abort it, so the test fails here
+            transitions.request_cancel(run_id, by="test operator")
+            raise
 
     helper = Background(operator)
     with client.run("client-demo") as run:
