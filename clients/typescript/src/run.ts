@@ -365,11 +365,16 @@ export class Run {
     const [status, ticket] = await this.client.request<TicketOut>("POST", `/runs/${this.id}/ticket`)
       .catch((error) => { if (error instanceof RunwardenError && [404, 405].includes(error.status)) return [404, null] as const; throw error; });
     if (status !== 201 || !ticket) return false;
+    if (this.done.signal.aborted) return true; // the run ended while the ticket was asked for
     const base = this.client.url.replace(/^http/, "ws").replace(/\/+$/, "");
     const Socket = this.client.opts.WebSocket!;
     await new Promise<void>((resolve, reject) => {
       const socket = new Socket(base + ticket.url);
       this.socket = socket;
+      // However late the run ends (even before this socket opens), it closes the socket:
+      // an open one would keep the process alive after the agent is done.
+      const closeOnStop = () => socket.close(1000);
+      this.done.signal.addEventListener("abort", closeOnStop, { once: true });
       let opened = false;
       socket.onopen = () => { opened = true; };
       socket.onmessage = (message) => {
@@ -381,6 +386,7 @@ export class Run {
       socket.onerror = () => { if (!opened) reject(new Error("control socket failed")); };
       socket.onclose = (event) => {
         this.socket = null;
+        this.done.signal.removeEventListener("abort", closeOnStop);
         // 4403/4404: not (or no longer) this key's run. Anything else: reconnect, a new ticket.
         if ((event.code === 4403 || event.code === 4404) && !this.done.signal.aborted) {
           this.stop(new Cancelled("server", `control socket refused (${event.code})`, false, true));
