@@ -40,6 +40,7 @@ class CancelSource(models.TextChoices):
     WATCHDOG = "watchdog", "watchdog"  # deadline or unhonoured cancel
     WORKER = "worker", "worker"  # the run's own worker: its deadline passed
     SHUTDOWN = "shutdown", "shutdown"  # older rows: a stopping worker now ends runs failed/worker_shutdown
+    GUARDRAIL = "guardrail", "guardrail"  # a budget or the agent's loop policy asked the run to stop
 
 
 TERMINAL = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
@@ -63,6 +64,9 @@ REASONS = {
 }
 RETRYABLE = (TerminationReason.PROVIDER_FAILED, TerminationReason.WORKER_LOST, TerminationReason.WORKER_SHUTDOWN)
 TRUNCATING = (TerminationReason.MAX_ITERATIONS, TerminationReason.BUDGET_EXHAUSTED)
+# What a requested stop ends a run with, besides an abort's "" (cancelled): the money ran
+# out (completed, truncated), or a guardrail policy refused to let it go on (failed).
+STOP_REASONS = (TerminationReason.BUDGET_EXHAUSTED, TerminationReason.POLICY_DENIED)
 
 
 class Run(models.Model):
@@ -76,6 +80,7 @@ class Run(models.Model):
     REASONS = REASONS
     RETRYABLE = RETRYABLE
     TRUNCATING = TRUNCATING
+    STOP_REASONS = STOP_REASONS
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     agent = models.CharField(max_length=100)
@@ -102,6 +107,12 @@ class Run(models.Model):
     # When the watchdog found the cancel not honoured and told the worker to stop hard;
     # the run is retired RUNWARDEN_CANCEL_ESCALATE_S later if it still has not ended.
     cancel_escalated_at = models.DateTimeField(null=True, blank=True)
+    # A stop asked by a guardrail rides on the cancel request (same checkpoints, same
+    # delivery, same escalation) and says how the run then ends: "" is an abort
+    # (cancelled); budget_exhausted ends it completed/truncated, policy_denied failed.
+    stop_reason = models.CharField(
+        max_length=32, choices=[(r.value, r.label) for r in STOP_REASONS], blank=True, default="", db_default=""
+    )
 
     worker = models.CharField(max_length=200, blank=True)
     # What a waiting run waits for: the gated tool call and its deadline, or a prompt.
@@ -115,6 +126,7 @@ class Run(models.Model):
     token_budget = models.PositiveBigIntegerField(null=True, blank=True)
     cost_budget = models.DecimalField(max_digits=14, decimal_places=6, null=True, blank=True)
     deadline = models.DateTimeField(null=True, blank=True)
+    tool_call_budget = models.PositiveIntegerField(null=True, blank=True)
 
     tokens_in = models.BigIntegerField(default=0)
     tokens_out = models.BigIntegerField(default=0)
@@ -167,6 +179,10 @@ class Run(models.Model):
             models.CheckConstraint(name="run_queued_is_unheld", condition=~Q(status=RunStatus.QUEUED) | Q(worker="")),
             models.CheckConstraint(
                 name="run_running_is_held", condition=~Q(status=RunStatus.RUNNING) | ~Q(worker="")
+            ),
+            models.CheckConstraint(
+                name="run_stop_reason_rides_a_cancel",
+                condition=Q(stop_reason="") | Q(cancel_requested_at__isnull=False, stop_reason__in=STOP_REASONS),
             ),
             models.CheckConstraint(
                 name="run_truncated_has_truncating_reason",
@@ -259,6 +275,9 @@ class RunEvent(models.Model):
         RETRIED = "retried", "retried"
         INPUT_QUEUED = "input_queued", "input queued"
         INPUT_CANCELLED = "input_cancelled", "input cancelled"
+        STOP_REQUESTED = "stop_requested", "stop requested"  # a guardrail asked it to stop (data: reason, limit…)
+        BUDGET_CHANGED = "budget_changed", "budget changed"  # an operator raised or lowered a limit mid-run
+        FLAGGED = "flagged", "flagged"  # loop or no-progress detection (data: flag, evidence)
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
     seq = models.PositiveIntegerField()
@@ -326,3 +345,4 @@ class RunInput(models.Model):
 # The agent API's records live in a module of their own (keys, tickets, idempotency,
 # in-flight text); they are models of this app, re-exported here for `runs.models` imports.
 from runs.api_records import ApiInflight, ApiKey, ApiRunCreator, ApiTicket, IdempotencyRecord  # noqa: E402, F401
+from runs.guardrail_records import AgentPolicy  # noqa: E402, F401
