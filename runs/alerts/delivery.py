@@ -15,6 +15,7 @@ import asyncio
 import enum
 import logging
 import random
+import uuid
 from datetime import timedelta
 
 import httpx
@@ -140,6 +141,21 @@ def deliver_due(limit=20):
             result, _, _ = send(delivery, client)
             results[result] = results.get(result, 0) + 1
     return results
+
+
+def send_test(rule):
+    """Send one test delivery for `rule` now, logged like any other: (Result, code,
+    error). A test that fails is failed at once, never retried."""
+    test = AlertDelivery.objects.create(
+        rule=rule, event="test", dedupe_key=f"test:{uuid.uuid4()}", next_attempt_at=_later(lease_s()),
+        payload={"agent": rule.agent, "run": None, "data": {"test": True}},
+    )
+    test = AlertDelivery.objects.select_related("rule").get(pk=test.pk)  # its lease and created_at, as stored
+    result, code, error = send(test)
+    if result != Result.SENT:
+        AlertDelivery.objects.filter(pk=test.pk).update(status=D.FAILED)
+        result = Result.GAVE_UP
+    return result, code, error
 
 
 def retry_now(delivery_id):

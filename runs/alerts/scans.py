@@ -14,7 +14,7 @@ sweeps, or two watchdogs, write one delivery.
 import time
 from datetime import timedelta
 
-from django.db.models import Count, OuterRef, Q, Subquery
+from django.db.models import Count, Exists, F, OuterRef, Q, Subquery
 
 from runs import rules
 from runs.alert_records import AlertDelivery, AlertOn, AlertRule
@@ -44,9 +44,9 @@ def _enqueue_new(rule, candidates):
 def scan_stuck(rule, *, stuck_after, limit):
     # Runs this rule alerted already are left out in SQL, so a crowd of old stuck runs
     # cannot hide a new one behind the limit.
-    alerted = AlertDelivery.objects.filter(rule=rule, run=OuterRef("pk")).values("pk")
-    runs = _by_agent(Run.objects.filter(rules.stuck(stuck_after)), rule).exclude(pk__in=Subquery(alerted))
-    found = runs.order_by("heartbeat_at")[:limit]
+    alerted = Exists(AlertDelivery.objects.filter(rule=rule, run=OuterRef("pk")))
+    runs = _by_agent(Run.objects.filter(rules.stuck(stuck_after)), rule).filter(~alerted)
+    found = runs.order_by(F("heartbeat_at").asc(nulls_first=True))[:limit]  # the longest silent first
     return _enqueue_new(rule, ((run, f"stuck:{run.id}", {"heartbeat_at": _iso(run.heartbeat_at)}) for run in found))
 
 
