@@ -15,6 +15,7 @@ import asyncio
 import enum
 import logging
 import random
+import threading
 import uuid
 from datetime import timedelta
 
@@ -129,15 +130,27 @@ def send(delivery, client=None):
     return result, code, error
 
 
-def deliver_due(limit=20):
+def release(delivery):
+    """Give back an unsent lease (due again now), unless someone else holds it since."""
+    AlertDelivery.objects.filter(pk=delivery.pk, status=D.PENDING, next_attempt_at=delivery.next_attempt_at).update(
+        next_attempt_at=Now()
+    )
+
+
+def deliver_due(limit=20, *, halt=None):
     """Send up to `limit` due deliveries; returns {Result: count}. No transaction is
-    open while a request is in flight."""
+    open while a request is in flight. `halt` (a threading.Event) set meanwhile stops
+    after the send in flight; the rest are given back, due at once."""
     results = {}
     claimed = claim(limit)
     if not claimed:
         return results
     with httpx.Client(timeout=settings.RUNWARDEN_ALERT_TIMEOUT_S, follow_redirects=False) as client:
-        for delivery in claimed:
+        for n, delivery in enumerate(claimed):
+            if halt is not None and halt.is_set():
+                for unsent in claimed[n:]:
+                    release(unsent)
+                break
             result, _, _ = send(delivery, client)
             results[result] = results.get(result, 0) + 1
     return results
@@ -172,15 +185,20 @@ adeliver_due = database_sync_to_async(deliver_due, thread_sensitive=False)
 
 
 async def serve(stop, *, interval_s=None):
-    """Deliver every `interval_s` (RUNWARDEN_WATCHDOG_S) until `stop` is set; a failing
-    round is logged and retried next time (the database may be away)."""
+    """Deliver every `interval_s` (RUNWARDEN_WATCHDOG_S) until `stop` is set (or this
+    task is cancelled); a failing round is logged and retried next time (the database
+    may be away). Stopping waits for the one send in flight at most."""
     interval = interval_s if interval_s is not None else settings.RUNWARDEN_WATCHDOG_S
-    while not stop.is_set():
-        try:
-            await adeliver_due()
-        except Exception:  # noqa: BLE001 - keep delivering; the next round retries
-            log.exception("alert delivery failed")
-        try:
-            await asyncio.wait_for(stop.wait(), timeout=interval)
-        except TimeoutError:
-            pass
+    halt = threading.Event()  # the delivering thread's view of `stop`
+    try:
+        while not stop.is_set():
+            try:
+                await adeliver_due(halt=halt)
+            except Exception:  # noqa: BLE001 - keep delivering; the next round retries
+                log.exception("alert delivery failed")
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=interval)
+            except TimeoutError:
+                pass
+    finally:
+        halt.set()

@@ -218,3 +218,14 @@ def test_the_watchdog_loop_delivers_in_a_task_of_its_own(rule, running_run, rece
 
     key, body = asyncio.run(main())
     assert body["event"] == "stuck" and key == str(AlertDelivery.objects.get().idempotency_key)
+
+
+def test_a_halted_deliverer_gives_its_unsent_leases_back_due_at_once(rule, capture):
+    server = capture()
+    alert = rule(AlertOn.REAPED, url=server.url)
+    rows = [owe(alert, key=k) for k in "ab"]
+    halt = threading.Event()
+    halt.set()
+    assert delivery.deliver_due(halt=halt) == {}
+    assert delivery.deliver_due() == {Result.SENT: 2}  # nothing waited for a lease to run out
+    assert server.requests.qsize() == 2 and {r.pk for r in rows} == set(AlertDelivery.objects.values_list("pk", flat=True))
