@@ -102,6 +102,8 @@ def sweep(*, stuck_s=None, reap_s=None, grace_s=None, escalate_s=None, limit=500
     report.stuck = Run.objects.filter(rules.stuck(limits.stuck)).count()
     report.not_honoured = ignored.count()
     report.alerts = alert_scans.scan(stuck_after=limits.stuck, limit=limit)
+    if report.alerts:
+        log.info("watchdog: %d alert(s) queued (stuck, waiting too long, failure rate)", report.alerts)
     if report.acted:
         log.info(
             "watchdog: %d reaped, %d cancelled at deadline, %d told to stop hard, %d retired (cancel not honoured),"
