@@ -12,10 +12,10 @@ class Receiver(BaseHTTPRequestHandler):
         t = sig.get("t", "")
         good = hmac.new(SECRET, t.encode() + b"." + body, hashlib.sha256).hexdigest()
         ok = t.isdigit() and abs(time.time() - int(t)) <= 300 and hmac.compare_digest(good, sig.get("v1", ""))
+        if ok:  # handle it (here: print it), then answer. The Idempotency-Key is the same on every retry
+            print(self.headers["Idempotency-Key"], body.decode(), flush=True)
         self.send_response(204 if ok else 401)
         self.end_headers()
-        if ok:  # Idempotency-Key is the same on every retry: drop one you have seen
-            print(self.headers["Idempotency-Key"], body.decode(), flush=True)
 
 
 server = HTTPServer(("127.0.0.1", int(sys.argv[1]) if len(sys.argv) > 1 else 8125), Receiver)

@@ -11,10 +11,12 @@ import sys
 import threading
 from pathlib import Path
 
+import httpx
 import pytest
 from django.conf import settings
 
 from runs.alert_records import AlertRule
+from runs.alerts import signing
 
 RECEIVER = Path(settings.BASE_DIR) / "docs" / "alert_receiver.py"
 SECRET = "s3cret-for-tests"
@@ -32,6 +34,7 @@ class Receiver:
     it accepted: (idempotency key, body as a dict)."""
 
     def __init__(self, port=0, secret=SECRET):
+        self.secret = secret
         self.proc = subprocess.Popen(
             [sys.executable, str(RECEIVER), str(port)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             env={**os.environ, "RUNWARDEN_ALERT_SECRET": secret}, text=True,
@@ -52,7 +55,13 @@ class Receiver:
         return key, json.loads(body)
 
     def nothing_more(self):
-        return self.lines.empty()
+        """Whether nothing arrived since the last `received()`: a signed sentinel sent now
+        must be the very next line (a check of the queue alone could race the pipe)."""
+        body = b'{"sentinel":true}'
+        answer = httpx.post(self.url, content=body, timeout=WAIT_S, headers={
+            "Idempotency-Key": "sentinel", signing.HEADER: signing.sign(self.secret, body)})
+        assert answer.status_code == 204
+        return self.received() == ("sentinel", {"sentinel": True})
 
     def stop(self):
         self.proc.terminate()

@@ -229,3 +229,25 @@ def test_a_halted_deliverer_gives_its_unsent_leases_back_due_at_once(rule, captu
     assert delivery.deliver_due(halt=halt) == {}
     assert delivery.deliver_due() == {Result.SENT: 2}  # nothing waited for a lease to run out
     assert server.requests.qsize() == 2 and {r.pk for r in rows} == set(AlertDelivery.objects.values_list("pk", flat=True))
+
+
+def test_two_claims_at_once_never_lease_the_same_delivery(postgres, rule):
+    alert = rule(AlertOn.REAPED)
+    rows = {owe(alert, key=f"k{i}").pk for i in range(40)}
+    start, claimed = threading.Barrier(4), []
+
+    def claimer():
+        try:
+            start.wait()
+            claimed.append({d.pk for d in delivery.claim(15)})
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=claimer) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(WAIT_S)
+    assert len(claimed) == 4 and sum(len(c) for c in claimed) == len(set().union(*claimed))  # disjoint
+    assert set().union(*claimed) <= rows and len(set().union(*claimed)) == 40  # 4 × 15 ≥ 40: all leased
+    assert delivery.claim(15) == []  # every lease is still running
