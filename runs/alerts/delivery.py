@@ -68,7 +68,9 @@ def claim(limit):
             AlertDelivery.objects.select_for_update(skip_locked=True, of=("self",))
             .filter(DUE).order_by("next_attempt_at").values_list("pk", flat=True)[:limit]
         )
-        won = [pk for pk in candidates if AlertDelivery.objects.filter(DUE, pk=pk).update(next_attempt_at=_later(lease_s()))]
+        # Re-checked in the UPDATE: where rows are not locked (SQLite), one deliverer wins each.
+        lease = _later(lease_s())
+        won = [pk for pk in candidates if AlertDelivery.objects.filter(DUE, pk=pk).update(next_attempt_at=lease)]
     return list(AlertDelivery.objects.select_related("rule").filter(pk__in=won).order_by("next_attempt_at"))
 
 

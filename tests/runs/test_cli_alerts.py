@@ -84,3 +84,20 @@ def test_remove_deletes_the_rule_and_its_log():
     assert alerts("remove", "gone") == "removed alert rule gone and its 1 deliveries\n"
     assert not AlertRule.objects.exists() and not AlertDelivery.objects.exists()
     assert "no alert rules" in alerts("list")
+
+
+def test_watchdog_once_queues_and_sends_the_alerts_it_finds(receiver, running_run):  # noqa: F811
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from runs.models import Run
+
+    hook = receiver()
+    alerts("add", "--on", "stuck", "--url", hook.url, "--secret", "s3cret-for-tests", "stuck-runs")
+    run = running_run()
+    Run.objects.filter(pk=run.id).update(heartbeat_at=timezone.now() - timedelta(seconds=30))
+    out = StringIO()
+    call_command("watchdog", "--once", stdout=out)
+    assert "alerts queued 1" in out.getvalue() and "alerts: 1 sent" in out.getvalue()
+    assert hook.received()[1]["run"]["id"] == str(run.id)

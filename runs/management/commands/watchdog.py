@@ -14,7 +14,9 @@ class Command(BaseCommand):
     help = "Every few seconds: flag stuck runs, reap lost ones, enforce deadlines."
 
     def add_arguments(self, parser):
-        parser.add_argument("--once", action="store_true", help="one sweep and one round of alert delivery, print them, exit")
+        parser.add_argument(
+            "--once", action="store_true", help="one sweep and one round of alert delivery, print them, exit"
+        )
         parser.add_argument("--interval", type=float, default=settings.RUNWARDEN_WATCHDOG_S)
 
     def handle(self, *args, once, interval, **options):

@@ -8,6 +8,7 @@ from datetime import timedelta
 
 import httpx
 import pytest
+from channels.db import database_sync_to_async
 from django.db import connection
 from django.utils import timezone
 
@@ -251,3 +252,36 @@ def test_two_claims_at_once_never_lease_the_same_delivery(postgres, rule):
     assert len(claimed) == 4 and sum(len(c) for c in claimed) == len(set().union(*claimed))  # disjoint
     assert set().union(*claimed) <= rows and len(set().union(*claimed)) == 40  # 4 × 15 ≥ 40: all leased
     assert delivery.claim(15) == []  # every lease is still running
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_receiver_that_hangs_does_not_hold_up_the_watchdogs_sweeps(rule, running_run, settings):
+    import asyncio
+
+    settings.RUNWARDEN_ALERT_TIMEOUT_S = 60  # far longer than the test may take
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        silent.settimeout(WAIT_S)
+        owe(rule(AlertOn.REAPED, url=f"http://127.0.0.1:{silent.getsockname()[1]}/hook"))
+        lost = running_run()
+
+        async def main():
+            stop = asyncio.Event()
+            serving = asyncio.ensure_future(watchdog.serve(stop, interval_s=0.05))
+            try:
+                hanging, _ = await asyncio.to_thread(silent.accept)  # the delivery is in flight, unanswered
+                try:
+                    await database_sync_to_async(stale)(lost, 600)
+                    status = database_sync_to_async(lambda: Run.objects.get(pk=lost.id).status)
+                    deadline = time.monotonic() + WAIT_S
+                    while await status() != "failed":
+                        assert time.monotonic() < deadline, "no sweep reaped the run while the receiver hung"
+                        await asyncio.sleep(0.05)
+                finally:
+                    hanging.close()  # the receiver goes away: the send fails now, not in 60 s
+            finally:
+                stop.set()
+                await serving
+
+        asyncio.run(main())
