@@ -319,3 +319,12 @@ RUNWARDEN_CLAIM_POLL_S = env.number("RUNWARDEN_CLAIM_POLL_S", 0.5, minimum=0.01)
 # queue for them); half are kept for cancels' settles and the heartbeat. 4 workers: 32.
 RUNWARDEN_WORKER_DB_CONNECTIONS = env.number("RUNWARDEN_WORKER_DB_CONNECTIONS", 8, minimum=2, cast=int)
 RUNWARDEN_DENIED_TOOLS = tuple(t.strip() for t in os.environ.get("RUNWARDEN_DENIED_TOOLS", "shell").split(",") if t.strip())
+
+# Alerts (runs/alerts, docs/alerts.md): a webhook's timeout per attempt, the backoff
+# between attempts (base · 2^n, capped), when an undelivered alert is given up, and the
+# dashboard's public address for the run links in alert bodies (else a bare path).
+RUNWARDEN_ALERT_TIMEOUT_S = env.number("RUNWARDEN_ALERT_TIMEOUT_S", 5.0, minimum=0.1)
+RUNWARDEN_ALERT_BACKOFF_S = env.number("RUNWARDEN_ALERT_BACKOFF_S", 10.0, minimum=0.01)
+RUNWARDEN_ALERT_BACKOFF_MAX_S = env.number("RUNWARDEN_ALERT_BACKOFF_MAX_S", 3600.0, minimum=0.01)
+RUNWARDEN_ALERT_GIVE_UP_S = env.number("RUNWARDEN_ALERT_GIVE_UP_S", 86400.0, minimum=1)
+RUNWARDEN_PUBLIC_URL = env.url("RUNWARDEN_PUBLIC_URL", "", schemes={"http", "https"})

@@ -7,7 +7,7 @@ from django.contrib import admin, messages
 
 from runs import transitions
 from runs.clientip import client_ip
-from runs.models import ApiKey, Run, RunEvent, Step
+from runs.models import AlertDelivery, AlertRule, ApiKey, Run, RunEvent, Step
 
 
 class StepInline(admin.TabularInline):
@@ -95,3 +95,27 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
         obj.agents = clean_agents(obj.agents if isinstance(obj.agents, (list, str)) else [])
         super().save_model(request, obj, form, change)
+
+
+@admin.register(AlertRule)
+class AlertRuleAdmin(admin.ModelAdmin):
+    list_display = ("name", "on", "agent", "url", "format", "enabled", "created_at")
+    list_filter = ("on", "format", "enabled")
+    search_fields = ("name", "agent", "url")
+
+
+@admin.register(AlertDelivery)
+class AlertDeliveryAdmin(admin.ModelAdmin):
+    """The delivery log, read-only: rows are written by the outbox and the deliverers."""
+
+    list_display = ("created_at", "rule", "event", "run", "status", "attempts", "last_status_code",
+                    "next_attempt_at", "idempotency_key")
+    list_filter = ("status", "event", "rule")
+    search_fields = ("dedupe_key", "idempotency_key", "last_error")
+    date_hierarchy = "created_at"
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False

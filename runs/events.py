@@ -9,6 +9,7 @@ from django.db import transaction
 from django.db.models import F
 
 from runs import broadcast
+from runs.alerts import outbox
 from runs.models import Run, RunEvent
 
 
@@ -17,10 +18,14 @@ def append(run_id, kind, /, *, actor="", source="", **data):
     broadcast it after commit. The UPDATE also locks the run row until commit."""
     with transaction.atomic():
         Run.objects.filter(pk=run_id).update(event_seq=F("event_seq") + 1)
-        run = Run.objects.only("id", "status", "event_seq", "cancel_source", "cancel_note").get(pk=run_id)
+        # agent, title and reason: what an alert about this event says (`runs.alerts.outbox`).
+        run = Run.objects.only(
+            "id", "status", "event_seq", "cancel_source", "cancel_note", "agent", "title", "termination_reason"
+        ).get(pk=run_id)
         event = RunEvent.objects.create(
             run_id=run_id, seq=run.event_seq, kind=kind, actor=actor, source=source, data=data
         )
+        outbox.record(run, event)  # same transaction: a rolled-back change alerts nobody
         broadcast.on_commit(run, event)
     return event
 

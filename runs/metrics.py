@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from runs import rules
-from runs.models import Run, RunEvent
+from runs.models import AlertDelivery, Run, RunEvent
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 CANCEL_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -102,6 +102,14 @@ class RunCollector:
             "Cancels still not honoured after RUNWARDEN_CANCEL_GRACE_S (the worker was told to stop hard)",
             value=events.get("cancel_not_honoured", 0),
         )
+        alerts = dict(AlertDelivery.objects.order_by().values_list("status").annotate(n=Count("pk")))
+        by_status = GaugeMetricFamily(
+            "runwarden_alerts", "Alert deliveries by status: sent, pending (not yet, retrying), failed (gave up)",
+            labels=["status"],
+        )
+        for status in AlertDelivery.Status.values:
+            by_status.add_metric([status], alerts.get(status, 0))
+        yield by_status
         histogram = HistogramMetricFamily(
             "runwarden_cancel_latency_seconds",
             "Cancel request to cancelled settle; kind: live (a worker stopped), queued (settled by the request), retired",

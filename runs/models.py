@@ -353,3 +353,4 @@ class RunInput(models.Model):
 # in-flight text); they are models of this app, re-exported here for `runs.models` imports.
 from runs.api_records import ApiInflight, ApiKey, ApiRunCreator, ApiTicket, IdempotencyRecord  # noqa: E402, F401
 from runs.guardrail_records import AgentPolicy  # noqa: E402, F401
+from runs.alert_records import AlertDelivery, AlertRule  # noqa: E402, F401

@@ -15,6 +15,9 @@ thresholds are `runs.rules`:
     hard stop ignored     escalated over RUNWARDEN_CANCEL_ESCALATE_S ago   retire
     ignored and silent    not honoured, heartbeat stale as well            retire at once
 
+After the table, the alert scans (`runs.alerts.scans`: stuck, waiting too long, failure
+rate) write their deliveries; `serve` sends due deliveries in a task of its own.
+
 A waiting run the engine released holds no heartbeat: it is never stuck nor reaped,
 only ended at its wait deadline (`approval_timeout_s`). Staleness is re-checked inside each UPDATE, so a heartbeat landing at the same moment
 wins. A sweep is idempotent: two watchdogs (or two servers) can run side by side.
@@ -28,6 +31,8 @@ from django.conf import settings
 from django.db.models import Q
 
 from runs import rules, transitions
+from runs.alerts import delivery as alert_delivery
+from runs.alerts import scans as alert_scans
 from runs.models import Run
 
 log = logging.getLogger(__name__)
@@ -43,6 +48,7 @@ class Sweep:
     retired: list = field(default_factory=list)
     escalated: list = field(default_factory=list)
     expired: list = field(default_factory=list)  # waits nobody answered in time
+    alerts: int = 0  # deliveries the alert scans wrote (stuck, waiting too long, failure rate)
 
     @property
     def acted(self):
@@ -100,6 +106,9 @@ def sweep(*, stuck_s=None, reap_s=None, grace_s=None, escalate_s=None, limit=500
 
     report.stuck = Run.objects.filter(rules.stuck(limits.stuck)).count()
     report.not_honoured = ignored.count()
+    report.alerts = alert_scans.scan(stuck_after=limits.stuck, limit=limit)
+    if report.alerts:
+        log.info("watchdog: %d alert(s) queued (stuck, waiting too long, failure rate)", report.alerts)
     if report.acted:
         log.info(
             "watchdog: %d reaped, %d stopped at deadline, %d told to stop hard, %d retired (cancel not honoured),"
@@ -117,12 +126,18 @@ async def serve(stop, *, interval_s=None):
     """Sweep every `interval_s` (RUNWARDEN_WATCHDOG_S) until `stop` is set. A failing
     sweep is logged and retried next round: the watchdog must outlive a database blip."""
     interval = interval_s if interval_s is not None else settings.RUNWARDEN_WATCHDOG_S
-    while not stop.is_set():
-        try:
-            await asweep()
-        except Exception:  # noqa: BLE001 - keep watching; the next sweep retries
-            log.exception("watchdog sweep failed")
-        try:
-            await asyncio.wait_for(stop.wait(), timeout=interval)
-        except TimeoutError:
-            pass
+    # Alerts are sent by a task of their own: a receiver that hangs never delays a sweep.
+    delivering = asyncio.ensure_future(alert_delivery.serve(stop, interval_s=interval))
+    try:
+        while not stop.is_set():
+            try:
+                await asweep()
+            except Exception:  # noqa: BLE001 - keep watching; the next sweep retries
+                log.exception("watchdog sweep failed")
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=interval)
+            except TimeoutError:
+                pass
+    finally:
+        delivering.cancel()
+        await asyncio.gather(delivering, return_exceptions=True)

@@ -11,6 +11,7 @@ from django.db.models.functions import Now
 from django.db.models.sql import UpdateQuery
 
 from runs import broadcast, events
+from runs.alerts import outbox
 from runs.models import Run, RunEvent, RunInput
 from runs.transitions.table import ALLOWED_FROM
 
@@ -101,6 +102,7 @@ def guarded(run_id, verb, *, event, guard=None, actor="", source="", data=None, 
         event_row = RunEvent.objects.create(
             run=run, seq=run.event_seq, kind=event, actor=actor, source=source, data=payload
         )
+        outbox.record(run, event_row)  # same transaction: a rolled-back change alerts nobody
         if run.status in (S.FAILED, S.CANCELLED):
             resolve_queued_inputs(run)
         broadcast.on_commit(run, event_row, to_worker=to_worker(run) if to_worker else None)

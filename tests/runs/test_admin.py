@@ -93,3 +93,25 @@ def test_the_admin_edits_only_a_keys_agent_names(client):
     assert response.status_code == 302, response.content[:500]
     record = ApiKey.objects.get(pk=record.pk)
     assert (record.name, record.scope, record.agents) == ("edited", "agent", ["ext-b", "scripted"])
+
+
+def test_alert_rules_are_edited_in_the_admin_and_validated_and_deliveries_only_read(client):
+    from runs.alert_records import AlertDelivery, AlertRule
+    from runs.alerts import outbox
+
+    client.force_login(User.objects.create_superuser("root", password="pw"))
+    add = reverse("admin:runs_alertrule_add")
+    form = {"name": "slow", "on": "waiting_too_long", "agent": "", "url": "http://alertmanager:9093/hook",
+            "secret": "s", "format": "json", "min_runs": 5, "enabled": "on"}
+    response = client.post(add, form)
+    assert response.status_code == 200 and "waiting_too_long needs a threshold" in response.content.decode()
+    assert client.post(add, {**form, "url": "ftp://x/y", "threshold_s": 60}).status_code == 200
+    assert client.post(add, {**form, "threshold_s": 60}).status_code == 302
+    rule = AlertRule.objects.get(name="slow")
+    assert rule.threshold_s == 60
+    outbox.enqueue([rule], on=rule.on, run=None, key="k", data={})
+    delivery = AlertDelivery.objects.get()
+    assert client.get(reverse("admin:runs_alertdelivery_changelist")).status_code == 200
+    assert client.get(reverse("admin:runs_alertdelivery_add")).status_code == 403
+    page = client.get(reverse("admin:runs_alertdelivery_change", args=[delivery.pk])).content.decode()
+    assert "Save" not in page.split('id="content-main"')[1]  # read-only: no save button

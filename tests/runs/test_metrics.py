@@ -89,3 +89,16 @@ def test_cancels_not_honoured_are_counted(running_run):
     transitions.request_cancel(ignored.id)
     assert transitions.escalate_cancel(ignored.id)
     assert scrape()["runwarden_cancels_not_honoured_total"] == 1
+
+
+def test_alert_deliveries_are_counted_by_status_from_the_rows():
+    from runs.alert_records import AlertDelivery, AlertRule
+    from runs.alerts import outbox
+
+    rule = AlertRule.objects.create(name="r", on="reaped", url="http://127.0.0.1:9/h", secret="s")
+    for key in "abcdef":
+        outbox.enqueue([rule], on="reaped", run=None, key=key, data={})
+    AlertDelivery.objects.filter(dedupe_key__in="abc").update(status="sent")
+    AlertDelivery.objects.filter(dedupe_key="d").update(status="failed")
+    values = scrape()
+    assert [values[f'runwarden_alerts{{status="{s}"}}'] for s in ("sent", "pending", "failed")] == [3, 2, 1]

@@ -7,13 +7,16 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from runs import watchdog
+from runs.alerts import delivery
 
 
 class Command(BaseCommand):
     help = "Every few seconds: flag stuck runs, reap lost ones, enforce deadlines."
 
     def add_arguments(self, parser):
-        parser.add_argument("--once", action="store_true", help="one sweep, print it, exit")
+        parser.add_argument(
+            "--once", action="store_true", help="one sweep and one round of alert delivery, print them, exit"
+        )
         parser.add_argument("--interval", type=float, default=settings.RUNWARDEN_WATCHDOG_S)
 
     def handle(self, *args, once, interval, **options):
@@ -22,8 +25,11 @@ class Command(BaseCommand):
             self.stdout.write(
                 f"stuck {report.stuck}, cancel not honoured {report.not_honoured}, "
                 f"reaped {len(report.reaped)}, stopped at deadline {len(report.deadline_stopped)}, "
-                f"retired {len(report.retired)}, waits expired {len(report.expired)}"
+                f"retired {len(report.retired)}, waits expired {len(report.expired)}, alerts queued {report.alerts}"
             )
+            sent = delivery.deliver_due()
+            if sent:
+                self.stdout.write("alerts: " + ", ".join(f"{n} {result.value}" for result, n in sent.items()))
             return
         asyncio.run(self._serve(interval))
 

@@ -48,7 +48,7 @@ async def test_embedded_start_runs_queued_runs_and_reaps_lost_ones(settings, tmp
     finally:
         stop.set()
         started = [t for t in asyncio.all_tasks() if t.get_coro().__qualname__ in ("Worker.serve", "serve")]
-        assert len(started) == 2  # the worker and the watchdog
+        assert len(started) == 3  # the worker, the watchdog and its alert deliverer (runs.alerts.delivery.serve)
         await asyncio.wait(started, timeout=10)
         assert all(t.done() for t in started)
     # database_sync_to_async, not aget: it closes its connection, so the test database can be dropped.
