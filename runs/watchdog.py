@@ -13,6 +13,8 @@ thresholds are `runs.rules`:
                                                                            to stop hard (once)
     hard stop ignored     escalated over RUNWARDEN_CANCEL_ESCALATE_S ago   retire
     ignored and silent    not honoured, heartbeat stale as well            retire at once
+    no progress           running and heartbeating, nothing new for the    flag no_progress (once); under
+                          agent's T (RUNWARDEN_NO_PROGRESS_S)              the agent's `stop` policy, stop
 
 A waiting run the engine released holds no heartbeat: it is never stuck nor reaped,
 only ended at its wait deadline (`approval_timeout_s`). Staleness is re-checked inside each UPDATE, so a heartbeat landing at the same moment
@@ -26,7 +28,7 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db.models import Q
 
-from runs import rules, transitions
+from runs import loops, rules, transitions
 from runs.models import Run
 
 log = logging.getLogger(__name__)
@@ -42,10 +44,12 @@ class Sweep:
     retired: list = field(default_factory=list)
     escalated: list = field(default_factory=list)
     expired: list = field(default_factory=list)  # waits nobody answered in time
+    no_progress: list = field(default_factory=list)  # flagged: heartbeating, going nowhere (runs.loops)
 
     @property
     def acted(self):
-        return bool(self.reaped or self.deadline_cancelled or self.retired or self.escalated or self.expired)
+        return bool(self.reaped or self.deadline_cancelled or self.retired or self.escalated or self.expired
+                    or self.no_progress)
 
 
 def cancel_past_deadline(run_ids=None, *, by="watchdog", source=WATCHDOG, limit=500):
@@ -93,14 +97,16 @@ def sweep(*, stuck_s=None, reap_s=None, grace_s=None, escalate_s=None, limit=500
         ):
             report.retired.append(run_id)
 
+    report.no_progress = loops.flag_stalled(limit=limit)
+
     report.stuck = Run.objects.filter(rules.stuck(limits.stuck)).count()
     report.not_honoured = ignored.count()
     if report.acted:
         log.info(
             "watchdog: %d reaped, %d cancelled at deadline, %d told to stop hard, %d retired (cancel not honoured),"
-            " %d waits expired",
+            " %d waits expired, %d flagged no progress",
             len(report.reaped), len(report.deadline_cancelled), len(report.escalated), len(report.retired),
-            len(report.expired),
+            len(report.expired), len(report.no_progress),
         )
     return report
 

@@ -11,7 +11,7 @@ from django.db import transaction
 from django.db.models import F
 from django.db.models.functions import Now
 
-from runs import events
+from runs import events, loops
 from runs.models import Run, Step
 from runs.transitions._guard import E, S, parse_id
 
@@ -56,6 +56,7 @@ def commit_step(run_id, *, worker, index, kind, text="", tool_calls=(), tokens_i
             cost=cost,
         )
         events.append(run_id, E.STEP_COMMITTED, actor=worker, index=index, kind=kind)
+    loops.after_commit(run_id, step)  # loop detection, once committed (runs.loops)
     return step
 
 
