@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 REPEATED_TOOL, FAILING_TOOLS, NO_PROGRESS = "repeated_tool", "failing_tools", "no_progress"
 FLAGS = (REPEATED_TOOL, FAILING_TOOLS, NO_PROGRESS)
+LABELS = {REPEATED_TOOL: "repeated tool", FAILING_TOOLS: "failing tools", NO_PROGRESS: "no progress"}
 ACTOR = "runwarden"  # who flags, on the timeline
 POLICY_TTL_S = 5.0  # an AgentPolicy change reaches every process this much later at most
 
