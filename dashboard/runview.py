@@ -92,7 +92,7 @@ def event_words(event):
         return f"asked to stop: {reason}" + (f" ({LIMIT_WORDS.get(limit, limit)})" if limit else "")
     if kind == RunEvent.Kind.BUDGET_CHANGED and isinstance(data.get("changes"), dict):
         return "; ".join(f"{name.replace('_', ' ')} {_shown(pair[0])} → {_shown(pair[1])}"
-                         for name, pair in data["changes"].items() if isinstance(pair, list) and len(pair) == 2)
+                         for name, pair in sorted(data["changes"].items()) if isinstance(pair, list) and len(pair) == 2)
     return ""
 
 

@@ -69,4 +69,4 @@ def test_timeline_says_what_a_budget_change_changed(op_client, running_run):
     events.append(run.id, "budget_changed", actor="operator", source="dashboard",
                   changes={"token_budget": [1000, 5000], "cost_budget": [None, "2.50"], "bad": "shape"})
     item = timeline_item(op_client, run, "budget_changed")
-    assert "token budget 1000 → 5000; cost budget none → 2.50" in item
+    assert "cost budget none → 2.50; token budget 1000 → 5000" in item  # by name: jsonb keeps no order
