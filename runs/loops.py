@@ -97,6 +97,7 @@ def forget():
     with _lock:
         _policies.clear()
         _agents.clear()
+        _tails.clear()
 
 
 def _agent_of(run_id):
@@ -127,8 +128,11 @@ def after_commit(run_id, step):
     """Check the step rules for `step`, just committed to `run_id` (a Step, or None when
     the commit lost: nothing to do). Runs once the surrounding transaction (if any, as
     the API's idempotent commit) has committed. Never raises."""
-    if step is None or not step.tool_calls:
-        return  # the sequence of tool calls did not change: nothing new can be flagged
+    if step is None:
+        return
+    if not step.tool_calls:  # the sequence of tool calls did not change: nothing new can be flagged
+        transaction.on_commit(lambda: _passed(run_id, step.index))
+        return
     transaction.on_commit(lambda: _check_step(run_id, step))
 
 
@@ -146,7 +150,8 @@ def check_step(run_id, index, tool_calls):
     if agent is None:
         return []
     lim = limits(agent)
-    history = _Backwards(run_id, index, tool_calls, batch=max(lim.repeat, lim.failures) - 1)
+    keep = max(lim.repeat, lim.failures)
+    history = _Backwards(run_id, index, tool_calls, batch=keep - 1, known=_known_tail(run_id, index))
     last = same_call_key(tool_calls[-1])
     written = {}
     repeated = history.streak(lambda call: same_call_key(call) == last, lim.repeat)
@@ -160,19 +165,28 @@ def check_step(run_id, index, tool_calls):
         evidence = {"times": len(failing), "steps": _steps(failing), "tools": [c.get("name") for _, c in failing],
                     "last_error": str(failing[-1][1].get("error"))[:300]}
         written[FAILING_TOOLS] = flag(run_id, FAILING_TOOLS, evidence, lim.policy)
+    _remember_tail(run_id, index, history.remembered(keep))
     return [name for name, outcome in written.items() if outcome is FlagOutcome.FLAGGED]
 
 
 class _Backwards:
     """The run's tool calls from the newest back, as (step index, call): this step's
-    first, then earlier steps' read a batch at a time, on demand, once."""
+    first, then what this process remembers of the run (`_tails`), else earlier steps
+    read from the database a batch at a time, on demand, once."""
 
-    def __init__(self, run_id, index, tool_calls, *, batch):
-        self.run_id, self.before, self.batch = run_id, index, max(1, batch)
-        self.calls = [(index, call) for call in reversed(tool_calls)]
-        self.done = False
+    def __init__(self, run_id, index, tool_calls, *, batch, known=None):
+        self.run_id, self.index, self.batch = run_id, index, max(1, batch)
+        self.current = [(index, call) for call in reversed(tool_calls)]
+        self.calls, self.before, self.done, self.partial = list(self.current), index, False, False
+        if known is not None:
+            tail, complete = known
+            self.calls += tail
+            self.done, self.partial = complete, not complete
 
     def get(self, i):
+        if i >= len(self.calls) and self.partial:
+            # Wanted more than the remembered tail (a limit was raised): read it all back.
+            self.calls, self.before, self.partial = list(self.current), self.index, False
         while i >= len(self.calls) and not self.done:
             rows = list(Step.objects.filter(run_id=self.run_id, index__lt=self.before)
                         .order_by("-index").values_list("index", "tool_calls")[: self.batch])
@@ -192,6 +206,49 @@ class _Backwards:
                 break
             row.append(item)
         return row[::-1]
+
+    def remembered(self, keep):
+        """(the newest `keep` calls, whether they are all the run has) for `_tails`, from
+        what was read anyway; None when that is not enough to be sure."""
+        if len(self.calls) >= keep:
+            return self.calls[:keep], False
+        if self.done and not self.partial:
+            return list(self.calls), True
+        return None
+
+
+# What this process knows of a run's latest tool calls: run id -> (the index of the last
+# step it committed and checked, (newest calls, complete)). Only the run's holder commits,
+# in order, and a Step never changes, so when this process committed step i and now
+# commits step i+1, nothing came between and the tail it kept is the truth: the common
+# case reads nothing. Any other index (another worker had the run) reads the database.
+_tails = OrderedDict()
+TAILS_KEPT = 4096
+
+
+def _known_tail(run_id, index):
+    with _lock:
+        entry = _tails.get(run_id)
+    return entry[1] if entry is not None and entry[0] == index - 1 else None
+
+
+def _remember_tail(run_id, index, tail):
+    with _lock:
+        if tail is None:
+            _tails.pop(run_id, None)
+            return
+        _tails[run_id] = (index, tail)
+        _tails.move_to_end(run_id)
+        while len(_tails) > TAILS_KEPT:
+            _tails.popitem(last=False)
+
+
+def _passed(run_id, index):
+    """A step without tool calls was committed at `index`: the kept tail still holds."""
+    with _lock:
+        entry = _tails.get(run_id)
+    if entry is not None and entry[0] == index - 1:
+        _remember_tail(run_id, index, entry[1])
 
 
 def _steps(row):
