@@ -20,7 +20,6 @@ failed/policy_denied with the reason on the timeline. Detection never fails a co
 error in it is logged and the step stands.
 """
 
-import enum
 import json
 import logging
 import threading
@@ -34,6 +33,7 @@ from django.utils import timezone
 
 from runs import events, rules
 from runs.models import AgentPolicy, Run, RunEvent, Step
+from runs.transitions.outcomes import Kind, Outcome
 
 log = logging.getLogger(__name__)
 
@@ -44,16 +44,12 @@ ACTOR = "runwarden"  # who flags, on the timeline
 POLICY_TTL_S = 5.0  # an AgentPolicy change reaches every process this much later at most
 
 
-class FlagOutcome(enum.StrEnum):
-    FLAGGED = "flagged", "flagged"
-    ALREADY_FLAGGED = "already_flagged", "already flagged with this kind: nothing written"
-    NOT_LIVE = "not_live", "the run has ended (or does not exist): nothing written"
+class FlagOutcome(Outcome):
+    """flag: whether the run's timeline got the flag."""
 
-    def __new__(cls, value, label):
-        member = str.__new__(cls, value)
-        member._value_ = value
-        member.label = label
-        return member
+    FLAGGED = "flagged", Kind.DONE, "Flagged."
+    ALREADY_FLAGGED = "already_flagged", Kind.UNCHANGED, "Already flagged so: nothing written."
+    NOT_LIVE = "not_live", Kind.REFUSED, "The run has ended (or does not exist): nothing written."
 
 
 @dataclass(frozen=True)

@@ -246,3 +246,30 @@ def test_the_agents_no_progress_s_overrides_the_setting(settings, running_run, f
         go_quiet(run, 700)
     assert watchdog.sweep(stuck_s=5, reap_s=6000).no_progress == [default.id]
     assert no_progress_flags(impatient)[0]["evidence"]["limit_s"] == 60
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_watchdogs_sweeping_at_once_flag_a_stalled_run_once(postgres, settings, fresh_policies):
+    import threading
+
+    from django.db import connection
+
+    settings.RUNWARDEN_NO_PROGRESS_S = 600
+    run = transitions.create_run(agent="scripted", title="stalled")
+    assert transitions.claim(run.id, worker="w1")
+    go_quiet(run, 700)
+    barrier, found = threading.Barrier(3), []
+
+    def watchdog_process():
+        try:
+            barrier.wait()
+            found.extend(watchdog.sweep(stuck_s=5, reap_s=6000).no_progress)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=watchdog_process) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert found == [run.id] and len(no_progress_flags(run)) == 1
