@@ -134,14 +134,18 @@ def after_commit(run_id, step):
 
 def _check_step(run_id, step):
     try:
-        check_step(run_id, step.index, step.tool_calls)
+        check_step(run_id, step.index, step.tool_calls, step=step)
     except Exception:  # noqa: BLE001 - detection must never break a committed step
         log.exception("loop detection failed after step %s of run %s", step.index, run_id)
 
 
-def check_step(run_id, index, tool_calls):
+def check_step(run_id, index, tool_calls, *, step=None):
     """The step rules for the calls of step `index`, reading earlier steps only as far
-    back as a row still runs and is short of its limit. Returns the flags written."""
+    back as a row still runs and is short of its limit. Returns the flags written. When
+    the agent's policy stops the run, `step` (the committed Step, when checked before
+    commit_step returns) gets the StopOutcome as its `stopping`, unless a budget's stop
+    is there already, so the committing engine stops at once rather than on the message."""
+    stops = []
     agent = _agent_of(run_id)
     if agent is None:
         return []
@@ -155,13 +159,15 @@ def check_step(run_id, index, tool_calls):
         call = repeated[-1][1]
         evidence = {"tool": call.get("name"), "args": call.get("args") or {}, "times": len(repeated),
                     "steps": _steps(repeated)}
-        written[REPEATED_TOOL] = flag(run_id, REPEATED_TOOL, evidence, lim.policy)
+        written[REPEATED_TOOL] = flag(run_id, REPEATED_TOOL, evidence, lim.policy, stops=stops)
     failing = history.streak(failed, lim.failures)
     if len(failing) >= lim.failures:
         evidence = {"times": len(failing), "steps": _steps(failing), "tools": [c.get("name") for _, c in failing],
                     "last_error": str(failing[-1][1].get("error"))[:300]}
-        written[FAILING_TOOLS] = flag(run_id, FAILING_TOOLS, evidence, lim.policy)
+        written[FAILING_TOOLS] = flag(run_id, FAILING_TOOLS, evidence, lim.policy, stops=stops)
     _remember_tail(run_id, index, history.remembered(keep))
+    if stops and step is not None and getattr(step, "stopping", None) is None:
+        step.stopping = stops[0]
     return [name for name, outcome in written.items() if outcome is FlagOutcome.FLAGGED]
 
 
@@ -253,10 +259,11 @@ def _steps(row):
 
 # --- flagging ---------------------------------------------------------------------------
 
-def flag(run_id, kind, evidence, policy=AgentPolicy.LoopPolicy.FLAG):
+def flag(run_id, kind, evidence, policy=AgentPolicy.LoopPolicy.FLAG, *, stops=None):
     """Write the FLAGGED event `kind` for a live run, once per run and kind, then, under
-    the `stop` policy, ask the run to stop. Returns a FlagOutcome: ALREADY_FLAGGED (this
-    kind is on its timeline already, whoever wrote it) or NOT_LIVE write nothing."""
+    the `stop` policy, ask the run to stop (the StopOutcome is appended to `stops`, if
+    given). Returns a FlagOutcome: ALREADY_FLAGGED (this kind is on its timeline already,
+    whoever wrote it) or NOT_LIVE write nothing."""
     already = RunEvent.objects.filter(run_id=run_id, kind=RunEvent.Kind.FLAGGED, data__flag=kind)
     if already.exists():  # the cheap answer for a loop that goes on after its flag
         return FlagOutcome.ALREADY_FLAGGED
@@ -273,7 +280,9 @@ def flag(run_id, kind, evidence, policy=AgentPolicy.LoopPolicy.FLAG):
                       flag=kind, evidence=evidence, policy=str(policy))
     log.info("run %s flagged %s: %s (policy %s)", run_id, kind, describe(kind, evidence), policy)
     if policy == AgentPolicy.LoopPolicy.STOP:
-        _stop(run_id, kind, evidence)
+        outcome = _stop(run_id, kind, evidence)
+        if stops is not None:
+            stops.append(outcome)
     return FlagOutcome.FLAGGED
 
 

@@ -192,6 +192,35 @@ def test_a_message_step_runs_no_detection(running_run, django_assert_num_queries
         loops.after_commit(run.id, None)
 
 
+def test_under_the_stop_policy_the_flag_asks_the_run_to_stop(running_run, commit):
+    AgentPolicy.objects.create(agent="strict", loop_policy="stop", failure_limit=2)
+    run = running_run(agent="strict")
+    commit(run, err("fetch", url="a"))
+    step = commit(run, err("fetch", url="b"))
+    assert step.stopping is transitions.StopOutcome.REQUESTED  # the committing engine stops at once
+    row = Run.objects.get(pk=run.id)
+    assert (row.status, row.stop_reason, row.cancel_source) == ("running", "policy_denied", "guardrail")
+    kinds = list(RunEvent.objects.filter(run_id=run.id).order_by("seq").values_list("kind", flat=True))
+    assert kinds[-2:] == ["flagged", "stop_requested"]
+    stop = RunEvent.objects.get(run_id=run.id, kind="stop_requested").data
+    assert (stop["reason"], stop["limit"], stop["flag"], stop["times"]) == ("policy_denied", "loop", "failing_tools", 2)
+    assert stop["note"] == "failing_tools: 2 tool calls failed in a row (steps 1–2); last: TimeoutError: slow"
+    # Nothing more commits; a second flag kind later asks nothing twice.
+    assert transitions.commit_step(run.id, worker="w1", index=2, kind="message") is None
+
+
+def test_a_flag_on_a_run_already_stopping_asks_no_second_stop(running_run, commit):
+    AgentPolicy.objects.create(agent="strict", loop_policy="stop")
+    run = running_run(agent="strict")
+    for _ in range(2):
+        commit(run, ok("echo"))
+    transitions.request_cancel(run.id, by="alice")
+    assert loops.flag(run.id, loops.NO_PROGRESS, {"idle_s": 1, "limit_s": 1}, "stop") is loops.FlagOutcome.FLAGGED
+    row = Run.objects.get(pk=run.id)
+    assert (row.stop_reason, row.cancel_requested_by) == ("", "alice")  # the abort stands
+    assert not RunEvent.objects.filter(run_id=run.id, kind="stop_requested").exists()
+
+
 def test_an_ended_run_is_not_flagged(running_run):
     run = running_run()
     transitions.settle(run.id, worker="w1", status="completed", reason="completed")

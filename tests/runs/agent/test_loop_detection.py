@@ -52,9 +52,9 @@ async def test_an_engine_run_calling_the_same_tool_thrice_is_flagged_and_goes_on
 async def test_under_the_stop_policy_the_engine_run_ends_failed_policy_denied(ctx, claimed, fetch, pool):
     await pool.call(lambda: AgentPolicy.objects.create(agent="scripted", loop_policy="stop"))
     run = await claimed(script=looping_script(times=3, after=3))
-    outcome = await asyncio.wait_for(execute(run, signal=CancelSignal(), ctx=ctx), 20)
+    await asyncio.wait_for(execute(run, signal=CancelSignal(), ctx=ctx), 20)
     row, steps, kinds, by_kind = await fetch(run.id)
-    assert (row.status, row.termination_reason, outcome.status) == ("failed", "policy_denied", "failed")
+    assert (row.status, row.termination_reason, row.truncated) == ("failed", "policy_denied", False)
     assert len(steps) == 4  # nothing committed after the stop was asked
     assert by_kind["flagged"][0]["policy"] == "stop"
     (stop,) = by_kind["stop_requested"]
