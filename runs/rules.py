@@ -16,9 +16,10 @@ clocks say. The thresholds are read from settings here and nowhere else.
     retire due      live, told to stop hard longer ago than the threshold     RUNWARDEN_CANCEL_ESCALATE_S
     deadline passed not ended, past `deadline`, nobody asked it to stop yet   —
     retryable       ended failed for a retryable reason, not retried yet      —
-    stalled         running, heartbeating, no cancel asked, started over T    RUNWARDEN_NO_PROGRESS_S or
-                    ago, not flagged no_progress yet; with `with_last_progress` the agent's no_progress_s
-                    and `no_progress_for(T)`: nothing new for T (runs.loops)
+    stalled         running, heartbeating, no cancel asked, started over T    RUNWARDEN_NO_PROGRESS_S, or
+                    ago, not flagged no_progress yet; then, annotated by      the agent's no_progress_s
+                    `with_last_progress`, `no_progress_for(T)`: nothing new
+                    for T (runs.loops.flag_stalled)
 
 A queryset passed through `with_flags` carries `flag_stuck` and `flag_not_honoured`
 computed by the same query; `is_stuck(run)` / `is_not_honoured(run)` read them (and ask
