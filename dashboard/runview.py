@@ -13,7 +13,7 @@ from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
 from dashboard import listing
-from runs import rules
+from runs import loops, rules
 from runs.models import Run, RunEvent, RunInput, Step
 
 TIMELINE_LIMIT = 500
@@ -21,7 +21,8 @@ TIMELINE_LIMIT = 500
 SHOWN_EVENT_KEYS = {"status", "reason", "note", "settled_queued", "index", "kind", "text", "partial_text",
                     "interrupted_text", "refused", "standing", "new_run", "retry_of", "answer", "request",
                     "interrupted", "tool_calls", "truncated", "error_class",
-                    "tokens_in", "tokens_out", "cost", "estimated"}
+                    "tokens_in", "tokens_out", "cost", "estimated",
+                    "flag", "policy", "limit", "changes"}
 
 
 @dataclass(frozen=True)
@@ -66,8 +67,37 @@ def event_rows(events):
             if isinstance((event.data or {}).get(key), str):
                 interrupted = event.data[key]
                 break
-        rows.append({"event": event, "data": event.data or {}, "extra": extra, "interrupted": interrupted})
+        rows.append({"event": event, "data": event.data or {}, "extra": extra, "interrupted": interrupted,
+                     "words": event_words(event)})
     return rows
+
+
+LIMIT_WORDS = {"tokens": "token budget", "cost": "cost budget", "tool_calls": "tool-call budget",
+               "wall_clock": "deadline", "agent_tokens_24h": "the agent's 24 h token cap",
+               "agent_cost_24h": "the agent's 24 h cost cap", "loop": "the agent's loop policy"}
+
+
+def event_words(event):
+    """What a guardrail's event says in words (flagged, stop requested, budget changed),
+    or "" for the kinds the template words itself."""
+    data, kind = event.data or {}, event.kind
+    if kind == RunEvent.Kind.FLAGGED:
+        flag = data.get("flag")
+        words = f"{loops.LABELS.get(flag, flag)}: {loops.describe(flag, data.get('evidence'))}"
+        return words + ("; the agent's policy is stop" if data.get("policy") == "stop" else "")
+    if kind == RunEvent.Kind.STOP_REQUESTED:
+        reason, limit = data.get("reason"), data.get("limit")
+        if reason in Run.TerminationReason.values:
+            reason = Run.TerminationReason(reason).label
+        return f"asked to stop: {reason}" + (f" ({LIMIT_WORDS.get(limit, limit)})" if limit else "")
+    if kind == RunEvent.Kind.BUDGET_CHANGED and isinstance(data.get("changes"), dict):
+        return "; ".join(f"{name.replace('_', ' ')} {_shown(pair[0])} → {_shown(pair[1])}"
+                         for name, pair in sorted(data["changes"].items()) if isinstance(pair, list) and len(pair) == 2)
+    return ""
+
+
+def _shown(value):
+    return "none" if value is None else str(value)
 
 
 def header_context(run, access):

@@ -287,6 +287,13 @@ RUNWARDEN_CANCEL_GRACE_S = env.number("RUNWARDEN_CANCEL_GRACE_S", 30.0, minimum=
 # After the grace the worker is told to stop hard; this much later the run is retired.
 RUNWARDEN_CANCEL_ESCALATE_S = env.number("RUNWARDEN_CANCEL_ESCALATE_S", 30.0, minimum=0.1)
 RUNWARDEN_WATCHDOG_S = env.number("RUNWARDEN_WATCHDOG_S", 2.0, minimum=0.05)
+# Loop and no-progress detection (runs.loops), per agent unless its AgentPolicy says
+# otherwise: the same tool with the same arguments N times in a row; K failed tool
+# calls in a row; no committed or discarded step (nor streamed API text) for T seconds
+# while the run keeps heartbeating.
+RUNWARDEN_LOOP_REPEAT = env.number("RUNWARDEN_LOOP_REPEAT", 3, minimum=2, cast=int)
+RUNWARDEN_LOOP_FAILURES = env.number("RUNWARDEN_LOOP_FAILURES", 3, minimum=1, cast=int)
+RUNWARDEN_NO_PROGRESS_S = env.number("RUNWARDEN_NO_PROGRESS_S", 600.0, minimum=1)
 # /metrics: a bearer token, or an address in the allowlist (default: this machine only).
 RUNWARDEN_METRICS_TOKEN = os.environ.get("RUNWARDEN_METRICS_TOKEN", "")
 RUNWARDEN_METRICS_ALLOW = env.networks("RUNWARDEN_METRICS_ALLOW", ["127.0.0.1", "::1"])

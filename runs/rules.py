@@ -16,6 +16,10 @@ clocks say. The thresholds are read from settings here and nowhere else.
     retire due      live, told to stop hard longer ago than the threshold     RUNWARDEN_CANCEL_ESCALATE_S
     deadline passed not ended, past `deadline`, nobody asked it to stop yet   —
     retryable       ended failed for a retryable reason, not retried yet      —
+    stalled         running, heartbeating, no cancel asked, started over T    RUNWARDEN_NO_PROGRESS_S, or
+                    ago, not flagged no_progress yet; then, annotated by      the agent's no_progress_s
+                    `with_last_progress`, `no_progress_for(T)`: nothing new
+                    for T (runs.loops.flag_stalled)
 
 A queryset passed through `with_flags` carries `flag_stuck` and `flag_not_honoured`
 computed by the same query; `is_stuck(run)` / `is_not_honoured(run)` read them (and ask
@@ -27,10 +31,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import BooleanField, Case, DateTimeField, ExpressionWrapper, Q, Value, When
-from django.db.models.functions import Now
+from django.db.models import BooleanField, Case, DateTimeField, Exists, ExpressionWrapper, F, OuterRef, Q, Subquery, Value, When
+from django.db.models.functions import Coalesce, Greatest, Now
 
-from runs.models import Run
+from runs.models import ApiInflight, Run, RunEvent
 
 # An operator's note (abort, retire, bulk): the column's length, so a form, the API and a
 # transition cut or refuse at the same place.
@@ -107,6 +111,45 @@ def retire_due(escalate=None):
     """Live runs told to stop hard more than `escalate` (RUNWARDEN_CANCEL_ESCALATE_S) ago."""
     escalate = escalate if escalate is not None else thresholds().escalate
     return Q(status__in=Run.LIVE, cancel_escalated_at__lt=stale_before(escalate))
+
+
+# What counts as progress the server sees. Streamed tokens of an engine run live only on
+# the channel layer; the database has its committed and discarded steps (a discard is
+# spend the provider charged: the model did answer), its claims and resumes (a run
+# taken up again starts afresh), and, for an API agent, the streamed text it keeps of
+# the step in flight (ApiInflight, saved with each batch of events).
+PROGRESS_KINDS = (RunEvent.Kind.STEP_COMMITTED, RunEvent.Kind.STEP_DISCARDED, RunEvent.Kind.CLAIMED,
+                  RunEvent.Kind.RESUMED)
+
+
+def stalled(no_progress_s):
+    """The cheap part of "no progress for T": running, heartbeating (not stuck), no
+    cancel or stop asked, started more than T ago, not flagged no_progress yet. Annotate
+    with `with_last_progress` and filter `no_progress_for(T)` for the rest."""
+    flagged = RunEvent.objects.filter(run=OuterRef("pk"), kind=RunEvent.Kind.FLAGGED, data__flag="no_progress")
+    return (
+        Q(status=Run.Status.RUNNING, cancel_requested_at__isnull=True, started_at__lt=stale_before(
+            timedelta(seconds=no_progress_s)))
+        & ~silent() & ~Exists(flagged)
+    )
+
+
+def with_last_progress(runs):
+    """`runs` annotated with `last_progress`: the newest of its progress events, its
+    API in-flight text, and its start. Event and in-flight times are stamped by the
+    writing process's clock; against T (minutes) a node's skew is noise."""
+    last_event = (RunEvent.objects.filter(run=OuterRef("pk"), kind__in=PROGRESS_KINDS)
+                  .order_by("-seq").values("at")[:1])
+    inflight = ApiInflight.objects.filter(run=OuterRef("pk")).values("updated_at")[:1]
+    # Coalesce each with started_at: SQLite's MAX() of a NULL is NULL.
+    return runs.annotate(last_progress=Greatest(
+        Coalesce(Subquery(last_event), F("started_at")), Coalesce(Subquery(inflight), F("started_at")),
+    ))
+
+
+def no_progress_for(no_progress_s):
+    """After `with_last_progress`: its last progress is older than T, on the database clock."""
+    return Q(last_progress__lt=stale_before(timedelta(seconds=no_progress_s)))
 
 
 def with_flags(runs):

@@ -14,6 +14,8 @@ thresholds are `runs.rules`:
                                                                            to stop hard (once)
     hard stop ignored     escalated over RUNWARDEN_CANCEL_ESCALATE_S ago   retire
     ignored and silent    not honoured, heartbeat stale as well            retire at once
+    no progress           running and heartbeating, nothing new for the    flag no_progress (once); under
+                          agent's T (RUNWARDEN_NO_PROGRESS_S)              the agent's `stop` policy, stop
 
 After the table, the alert scans (`runs.alerts.scans`: stuck, waiting too long, failure
 rate) write their deliveries; `serve` sends due deliveries in a task of its own.
@@ -30,7 +32,7 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db.models import Q
 
-from runs import rules, transitions
+from runs import loops, rules, transitions
 from runs.alerts import delivery as alert_delivery
 from runs.alerts import scans as alert_scans
 from runs.models import Run
@@ -49,10 +51,12 @@ class Sweep:
     escalated: list = field(default_factory=list)
     expired: list = field(default_factory=list)  # waits nobody answered in time
     alerts: int = 0  # deliveries the alert scans wrote (stuck, waiting too long, failure rate)
+    no_progress: list = field(default_factory=list)  # flagged: heartbeating, going nowhere (runs.loops)
 
     @property
     def acted(self):
-        return bool(self.reaped or self.deadline_stopped or self.retired or self.escalated or self.expired)
+        return bool(self.reaped or self.deadline_stopped or self.retired or self.escalated or self.expired
+                    or self.no_progress)
 
 
 def stop_past_deadline(run_ids=None, *, by="watchdog", source=WATCHDOG, limit=500):
@@ -104,6 +108,8 @@ def sweep(*, stuck_s=None, reap_s=None, grace_s=None, escalate_s=None, limit=500
         ):
             report.retired.append(run_id)
 
+    report.no_progress = loops.flag_stalled(limit=limit)
+
     report.stuck = Run.objects.filter(rules.stuck(limits.stuck)).count()
     report.not_honoured = ignored.count()
     report.alerts = alert_scans.scan(stuck_after=limits.stuck, limit=limit)
@@ -112,9 +118,9 @@ def sweep(*, stuck_s=None, reap_s=None, grace_s=None, escalate_s=None, limit=500
     if report.acted:
         log.info(
             "watchdog: %d reaped, %d stopped at deadline, %d told to stop hard, %d retired (cancel not honoured),"
-            " %d waits expired",
+            " %d waits expired, %d flagged no progress",
             len(report.reaped), len(report.deadline_stopped), len(report.escalated), len(report.retired),
-            len(report.expired),
+            len(report.expired), len(report.no_progress),
         )
     return report
 

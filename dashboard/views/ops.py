@@ -41,8 +41,10 @@ def triage_page(request):
     sections = []
     for section in triage.sections():
         count = section.runs[: COUNT_CAP + 1].count()
-        sections.append({"section": section, "count": count, "capped": count > COUNT_CAP,
-                         "runs": list(section.runs[:SECTION_ROWS])})
+        rows = list(section.runs[:SECTION_ROWS])
+        if section.detail is not None:
+            section.detail(rows)
+        sections.append({"section": section, "count": count, "capped": count > COUNT_CAP, "runs": rows})
     return render(request, "ops/triage.html",
                   {"sections": sections, "cap": COUNT_CAP, "access": runview.Access.of(request.user)})
 

@@ -3,8 +3,9 @@
 
 Shapes: long word-by-word streams, parallel tool waves, sequential tools, a token
 budget stop, an iteration cap, a provider failure, a stream that breaks and falls back,
-an approval wait, a policy denial, and now and then a run whose worker "dies" (stops
-heartbeating, never settles) for the reaper and the retire button.
+an approval wait, a policy denial, a run that calls the same tool the same way three
+times in a row (flagged by loop detection, `runs.loops`), and now and then a run whose
+worker "dies" (stops heartbeating, never settles) for the reaper and the retire button.
 """
 
 import asyncio
@@ -62,9 +63,13 @@ def _shape(rng, n):
         "policy denial": lambda: dict(title=f"Clean up after {topic}", script=[
             _say(rng, 10, 20), {"tools": [{"name": "shell", "args": {"cmd": "rm -rf /tmp/demo"}}]}]),
         "worker dies": lambda: dict(title=f"Index {topic}", script=[_say(rng, 20, 40), {"die": True}]),
+        "loop": lambda: dict(title=f"Look up {topic} (going in circles)", script=[
+            _say(rng, 10, 20), *({"tools": [{"name": "echo", "args": {"query": topic}}]} for _ in range(3)),
+            _say(rng, 10, 20)]),
     }
     weights = {"long stream": 5, "tool wave": 4, "sequential tools": 2, "budget stop": 2, "iteration cap": 1,
-               "provider failure": 1, "broken stream": 1, "approval wait": 2, "policy denial": 1, "worker dies": 1}
+               "provider failure": 1, "broken stream": 1, "approval wait": 2, "policy denial": 1, "worker dies": 1,
+               "loop": 1}
     name = rng.choices(list(weights), weights=list(weights.values()))[0]
     spec = shapes[name]()
     script, timeout = spec.pop("script"), spec.pop("approval_timeout_s", None)

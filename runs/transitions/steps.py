@@ -11,7 +11,7 @@ from django.db import transaction
 from django.db.models import F
 from django.db.models.functions import Now
 
-from runs import budgets, events
+from runs import budgets, events, loops
 from runs.models import Run, Step
 from runs.transitions._guard import E, S, parse_id, update_returning
 
@@ -61,6 +61,7 @@ def commit_step(run_id, *, worker, index, kind, text="", tool_calls=(), tokens_i
         )
         events.append(run_id, E.STEP_COMMITTED, actor=worker, index=index, kind=kind)
     step.stopping = budgets.enforce(changed[0])  # after commit: the stop is a transition of its own
+    loops.after_commit(run_id, step)  # loop detection, once committed; may set `stopping` too (runs.loops)
     return step
 
 

@@ -25,6 +25,9 @@ CASES = [
     ({"RUNWARDEN_MAX_BODY_BYTES": "lots"}, "RUNWARDEN_MAX_BODY_BYTES='lots' is not a number"),
     ({"RUNWARDEN_LOGIN_FAILURES": "0"}, "RUNWARDEN_LOGIN_FAILURES='0' must be at least 1"),
     ({"RUNWARDEN_TRUSTED_PROXIES": "proxy.local"}, "RUNWARDEN_TRUSTED_PROXIES='proxy.local'"),
+    ({"RUNWARDEN_LOOP_REPEAT": "1"}, "RUNWARDEN_LOOP_REPEAT='1' must be at least 2"),
+    ({"RUNWARDEN_LOOP_FAILURES": "some"}, "RUNWARDEN_LOOP_FAILURES='some' is not a number"),
+    ({"RUNWARDEN_NO_PROGRESS_S": "0"}, "RUNWARDEN_NO_PROGRESS_S='0' must be at least 1"),
 ]
 
 

@@ -276,3 +276,16 @@ def test_nul_bytes_in_a_form_are_refused_before_any_change(op_client, running_ru
     response = op_client.post(reverse("dashboard:cancel", args=[run.id]), {"note": "stop\x00now"})
     assert response.status_code == 400
     assert not Run.objects.get(pk=run.id).is_cancelling
+
+
+def test_triage_shows_flagged_runs_with_their_evidence(op_client, running_run):
+    from runs import loops
+
+    looping = running_run(title="looping")
+    running_run(title="healthy")
+    loops.flag(looping.id, loops.REPEATED_TOOL, {"tool": "search", "args": {"q": "x"}, "times": 3, "steps": [3, 4, 5]})
+    html = op_client.get(reverse("dashboard:triage")).content.decode()
+    flagged = html.split('data-testid="triage-flagged"')[1].split("</section>")[0]
+    assert "looping" in flagged and "healthy" not in flagged
+    assert "called search(q=&#x27;x&#x27;) 3 times in a row (steps 4–6)" in flagged
+    assert "Cancel all 1" in flagged

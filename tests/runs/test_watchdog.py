@@ -171,3 +171,106 @@ async def test_serve_sweeps_until_stopped():
     assert changed["event"] == "stop_requested"
     # database_sync_to_async, not aget: it closes its connection, so the test database can be dropped.
     assert (await database_sync_to_async(Run.objects.get)(pk=run.id)).status == "completed"
+
+
+def go_quiet(run, seconds):
+    """The run started, and last made progress, `seconds` ago; its heartbeat is fresh."""
+    then = timezone.now() - timedelta(seconds=seconds)
+    Run.objects.filter(pk=run.id).update(started_at=then, heartbeat_at=timezone.now())
+    RunEvent.objects.filter(run_id=run.id).update(at=then)
+
+
+def no_progress_flags(run):
+    return [e.data for e in RunEvent.objects.filter(run_id=run.id, kind="flagged", data__flag="no_progress")]
+
+
+@pytest.fixture
+def fresh_policies():
+    from runs import loops
+
+    loops.forget()
+    yield
+    loops.forget()
+
+
+def test_a_heartbeating_run_with_no_new_step_for_t_is_flagged_no_progress_once(settings, running_run, fresh_policies):
+    settings.RUNWARDEN_NO_PROGRESS_S = 600
+    quiet, busy, young = running_run(), running_run(), running_run()
+    go_quiet(quiet, 700)
+    go_quiet(busy, 700)
+    assert transitions.commit_step(busy.id, worker="w1", index=0, kind="message", text="still here")
+    go_quiet(young, 100)
+
+    report = watchdog.sweep(stuck_s=5, reap_s=6000)
+    assert report.no_progress == [quiet.id] and report.acted
+    (data,) = no_progress_flags(quiet)
+    assert data["policy"] == "flag" and data["evidence"]["limit_s"] == 600
+    assert 690 <= data["evidence"]["idle_s"] <= 800
+    assert watchdog.sweep(stuck_s=5, reap_s=6000).no_progress == []  # once per run
+    assert len(no_progress_flags(quiet)) == 1
+    assert Run.objects.get(pk=quiet.id).status == Run.Status.RUNNING
+
+
+def test_a_silent_or_stopping_run_is_not_no_progress(settings, running_run, fresh_policies):
+    settings.RUNWARDEN_NO_PROGRESS_S = 600
+    silent, stopping = running_run(), running_run()
+    go_quiet(silent, 700)
+    age_heartbeat(silent, 60)  # stuck: another finding
+    go_quiet(stopping, 700)
+    transitions.request_cancel(stopping.id)
+    assert watchdog.sweep(stuck_s=5, reap_s=6000, grace_s=3000).no_progress == []
+
+
+def test_streamed_text_of_an_api_step_counts_as_progress(settings, running_run, fresh_policies):
+    from runs.models import ApiInflight
+
+    settings.RUNWARDEN_NO_PROGRESS_S = 600
+    run = running_run()
+    go_quiet(run, 700)
+    ApiInflight.objects.create(run_id=run.id, step=0, text="streaming…")  # updated_at: now
+    assert watchdog.sweep(stuck_s=5, reap_s=6000).no_progress == []
+    ApiInflight.objects.filter(run_id=run.id).update(updated_at=timezone.now() - timedelta(seconds=650))
+    assert watchdog.sweep(stuck_s=5, reap_s=6000).no_progress == [run.id]
+
+
+def test_the_agents_no_progress_s_overrides_the_setting(settings, running_run, fresh_policies):
+    from runs.models import AgentPolicy
+
+    settings.RUNWARDEN_NO_PROGRESS_S = 600
+    AgentPolicy.objects.create(agent="impatient", no_progress_s=60)
+    AgentPolicy.objects.create(agent="patient", no_progress_s=3600)
+    impatient, patient, default = running_run(agent="impatient"), running_run(agent="patient"), running_run()
+    for run in (impatient, patient, default):
+        go_quiet(run, 120)
+    assert watchdog.sweep(stuck_s=5, reap_s=6000).no_progress == [impatient.id]
+    for run in (patient, default):
+        go_quiet(run, 700)
+    assert watchdog.sweep(stuck_s=5, reap_s=6000).no_progress == [default.id]
+    assert no_progress_flags(impatient)[0]["evidence"]["limit_s"] == 60
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_watchdogs_sweeping_at_once_flag_a_stalled_run_once(postgres, settings, fresh_policies):
+    import threading
+
+    from django.db import connection
+
+    settings.RUNWARDEN_NO_PROGRESS_S = 600
+    run = transitions.create_run(agent="scripted", title="stalled")
+    assert transitions.claim(run.id, worker="w1")
+    go_quiet(run, 700)
+    barrier, found = threading.Barrier(3), []
+
+    def watchdog_process():
+        try:
+            barrier.wait()
+            found.extend(watchdog.sweep(stuck_s=5, reap_s=6000).no_progress)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=watchdog_process) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert found == [run.id] and len(no_progress_flags(run)) == 1

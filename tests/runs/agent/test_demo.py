@@ -5,6 +5,7 @@ import random
 
 import pytest
 
+from runs import loops
 from runs.agent import demo
 from runs.agent.providers.scripted import ScriptedProvider
 from runs.agent.tools import builtins
@@ -20,6 +21,7 @@ def test_demo_shapes_cover_every_ending_and_are_valid_scripts():
         seen[name] = kwargs
     assert set(seen) >= {
         "long stream", "tool wave", "budget stop", "provider failure", "approval wait", "worker dies", "policy denial",
+        "loop",
     }
     turns = [t for kwargs in seen.values() for t in kwargs["input"]["script"]]
     assert any(t.get("die") for t in turns) and any(t.get("fail") == "provider" for t in turns)
@@ -27,6 +29,8 @@ def test_demo_shapes_cover_every_ending_and_are_valid_scripts():
     names = {c["name"] for t in turns for c in t.get("tools", [])}
     assert names - set(builtins()) == {"shell"}  # the policy denial's tool, and only it
     assert seen["budget stop"]["token_budget"] and seen["tool wave"]["input"]["demo"] == "tool wave"
+    calls = [c for t in seen["loop"]["input"]["script"] for c in t.get("tools", [])]
+    assert len(calls) == 3 and len({loops.same_call_key(c) for c in calls}) == 1  # flagged repeated_tool
 
 
 @pytest.mark.asyncio

@@ -175,3 +175,14 @@ def test_a_discard_on_a_run_that_ended_changes_nothing(agent, held_run):
     assert response.status_code == 409 and error_code(response) == "run_ended"
     assert Run.objects.get(pk=run_id).tokens_out == 0
     assert not RunEvent.objects.filter(run_id=run_id, kind="step_discarded").exists()
+
+
+def test_an_api_agents_repeated_call_is_flagged_once_its_commit_is(agent, held_run, django_capture_on_commit_callbacks):
+    run_id = held_run()
+    for index in range(3):
+        with django_capture_on_commit_callbacks(execute=True) as callbacks:
+            response = agent[1].post(f"/runs/{run_id}/steps", {**STEP, "index": index},
+                                     idempotency_key=f"step-{index}")  # committed inside the key's transaction
+        assert response.status_code == 201 and callbacks  # detection waited for that commit
+    (flag,) = RunEvent.objects.filter(run_id=run_id, kind="flagged")
+    assert flag.data["evidence"] == {"tool": "search", "args": {"q": "x"}, "times": 3, "steps": [0, 1, 2]}
