@@ -190,7 +190,7 @@ class Engine:
         if step is None:
             await self._refused()
         if getattr(step, "stopping", None) == transitions.StopOutcome.REQUESTED:
-            self.fire("budget")  # this commit reached a budget: stop at the next checkpoint, not on the message
+            self.fire("guardrail")  # this commit reached a budget or a loop limit: stop at the next checkpoint
         self.inflight = None
         self.progress.committed(self.index)
         self.index += 1
