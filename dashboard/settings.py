@@ -287,6 +287,8 @@ RUNWARDEN_CANCEL_GRACE_S = env.number("RUNWARDEN_CANCEL_GRACE_S", 30.0, minimum=
 # After the grace the worker is told to stop hard; this much later the run is retired.
 RUNWARDEN_CANCEL_ESCALATE_S = env.number("RUNWARDEN_CANCEL_ESCALATE_S", 30.0, minimum=0.1)
 RUNWARDEN_WATCHDOG_S = env.number("RUNWARDEN_WATCHDOG_S", 2.0, minimum=0.05)
+# How long a process trusts its answer to "which agents reached a 24 h cap" (runs/agent_caps.py); 0: never.
+RUNWARDEN_AGENT_CAPS_MEMO_S = env.number("RUNWARDEN_AGENT_CAPS_MEMO_S", 2.0, minimum=0)
 # /metrics: a bearer token, or an address in the allowlist (default: this machine only).
 RUNWARDEN_METRICS_TOKEN = os.environ.get("RUNWARDEN_METRICS_TOKEN", "")
 RUNWARDEN_METRICS_ALLOW = env.networks("RUNWARDEN_METRICS_ALLOW", ["127.0.0.1", "::1"])
