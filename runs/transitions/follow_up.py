@@ -29,6 +29,7 @@ def retry(run_id, *, by=None, source=Run.CancelSource.DASHBOARD, client=""):
             max_iterations=original.max_iterations,
             token_budget=original.token_budget,
             cost_budget=original.cost_budget,
+            tool_call_budget=original.tool_call_budget,
             retry_of=original,
         )
         events.append(original.id, E.RETRIED, actor=actor_name(by), source=source, new_run=str(new.id),
