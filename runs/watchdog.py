@@ -12,6 +12,8 @@ thresholds are `runs.rules`:
     cancel not honoured   cancel older than RUNWARDEN_CANCEL_GRACE_S       escalate: the worker is told
                                                                            to stop hard (once)
     hard stop ignored     escalated over RUNWARDEN_CANCEL_ESCALATE_S ago   retire
+    agent over its cap    live, its agent's 24 h spend reached a cap       request stop: budget_exhausted
+                          (runs/agent_caps.py), no stop or abort pending   (agent_tokens_24h / _cost_24h)
     ignored and silent    not honoured, heartbeat stale as well            retire at once
 
 A waiting run the engine released holds no heartbeat: it is never stuck nor reaped,
@@ -26,7 +28,7 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db.models import Q
 
-from runs import rules, transitions
+from runs import agent_caps, rules, transitions
 from runs.models import Run
 
 log = logging.getLogger(__name__)
@@ -42,10 +44,12 @@ class Sweep:
     retired: list = field(default_factory=list)
     escalated: list = field(default_factory=list)
     expired: list = field(default_factory=list)  # waits nobody answered in time
+    agent_capped: list = field(default_factory=list)  # live runs of an agent over its 24 h cap, asked to stop
 
     @property
     def acted(self):
-        return bool(self.reaped or self.deadline_cancelled or self.retired or self.escalated or self.expired)
+        return bool(self.reaped or self.deadline_cancelled or self.retired or self.escalated or self.expired
+                    or self.agent_capped)
 
 
 def cancel_past_deadline(run_ids=None, *, by="watchdog", source=WATCHDOG, limit=500):
@@ -71,6 +75,7 @@ def sweep(*, stuck_s=None, reap_s=None, grace_s=None, escalate_s=None, limit=500
     report.deadline_cancelled = cancel_past_deadline(limit=limit)
     report.reaped = transitions.reap_stale(older_than=limits.reap, limit=limit)
     report.expired = transitions.expire_waits(limit=limit)
+    report.agent_capped = agent_caps.stop_live_runs(limit=limit)
 
     silent = rules.silent(limits.stuck)
     ignored = Run.objects.filter(rules.not_honoured(limits.grace))
@@ -98,9 +103,9 @@ def sweep(*, stuck_s=None, reap_s=None, grace_s=None, escalate_s=None, limit=500
     if report.acted:
         log.info(
             "watchdog: %d reaped, %d cancelled at deadline, %d told to stop hard, %d retired (cancel not honoured),"
-            " %d waits expired",
+            " %d waits expired, %d asked to stop (agent 24 h cap)",
             len(report.reaped), len(report.deadline_cancelled), len(report.escalated), len(report.retired),
-            len(report.expired),
+            len(report.expired), len(report.agent_capped),
         )
     return report
 
