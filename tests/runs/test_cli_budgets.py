@@ -101,3 +101,47 @@ def test_the_admin_lists_policies_with_caps_and_loop_policy(admin_client):
     html = admin_client.get("/admin/runs/agentpolicy/").content.decode()
     assert "alpha" in html and "1000" in html and "stop" in html
     assert "Token cap 24h" in html or "token cap 24h" in html.lower()
+
+
+def runs(*args):
+    out = StringIO()
+    call_command("runs", *args, stdout=out)
+    return out.getvalue()
+
+
+def test_runs_budget_raises_and_clears_a_runs_limits_audited_via_cli(running_run):
+    run = running_run(token_budget=100, cost_budget=Decimal("1"))
+    assert "Budgets changed." in runs("budget", str(run.id), "--tokens", "500", "--cost", "none",
+                                      "--tool-calls", "20", "--deadline", "2h")
+    run = Run.objects.get(pk=run.id)
+    assert (run.token_budget, run.cost_budget, run.tool_call_budget) == (500, None, 20)
+    event = run.events.get(kind="budget_changed")
+    assert event.source == "cli" and event.data["changes"]["token_budget"] == [100, 500]
+    assert "500 tokens" in runs("show", str(run.id))
+    assert "Nothing to change" in runs("budget", str(run.id), "--tokens", "500")
+
+
+@pytest.mark.parametrize("args, code, says", [
+    (("--tokens", "lots"), 2, "--tokens must be a whole number"),
+    (("--tokens", "0"), 2, "token_budget must be a whole number"),
+    (("--cost", "-3"), 2, "cost_budget must be more than 0"),
+    (("--deadline", "yesterday"), 2, "deadline must be an ISO 8601 time"),
+    ((), 2, "nothing to change"),
+])
+def test_runs_budget_bad_input_exits_2_and_writes_nothing(running_run, args, code, says):
+    run = running_run(token_budget=100)
+    with pytest.raises(CommandError) as caught:
+        runs("budget", str(run.id), *args)
+    assert caught.value.returncode == code and says in str(caught.value)
+    assert not run.events.filter(kind="budget_changed").exists()
+
+
+def test_runs_budget_of_an_ended_run_exits_1_and_of_no_run_2(running_run):
+    run = running_run()
+    assert transitions.settle(run.id, status="completed", reason="completed", worker="w1")
+    with pytest.raises(CommandError) as ended:
+        runs("budget", str(run.id), "--tokens", "5")
+    with pytest.raises(CommandError) as missing:
+        runs("budget", "not-a-run", "--tokens", "5")
+    assert (ended.value.returncode, missing.value.returncode) == (1, 2)
+    assert "completed / completed" in str(ended.value)
