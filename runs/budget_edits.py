@@ -6,7 +6,6 @@ in the same transaction and broadcast after commit. A limit lowered to or below 
 the run has spent asks it to stop (`runs.budgets.enforce`, after commit).
 """
 
-import enum
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
 
