@@ -50,6 +50,7 @@ def test_each_set_limit_has_a_bar_with_spent_budget_and_percentage(op_client):
     assert bar(html, "tool_calls") == ("ok", "2", "10", "2 / 10 tool calls · 20 %")
     assert "left" in bar(html, "wall_clock")[3]
     assert html.count('role="progressbar"') == 4
+    assert "{#" not in html  # no template comment leaks onto the page (a multi-line {# #} did)
 
 
 @pytest.mark.django_db
