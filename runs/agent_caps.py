@@ -51,6 +51,7 @@ class Capped:
 
     limit: str
     reason: str
+    evidence: dict = None  # {"agent", "spent", "cap"} for the stop's timeline entry
 
     def __str__(self):
         return self.reason
@@ -75,9 +76,11 @@ def spend_24h(agents):
 def verdict(policy, spend):
     """The Capped for a policy's caps against `spend`, or None while under both."""
     if policy.cost_cap_24h is not None and spend.cost >= policy.cost_cap_24h:
-        return Capped(LIMIT_COST, f"agent cost cap {money(policy.cost_cap_24h)}/24 h reached")
+        return Capped(LIMIT_COST, f"agent cost cap {money(policy.cost_cap_24h)}/24 h reached",
+                      {"agent": policy.agent, "spent": str(spend.cost), "cap": str(policy.cost_cap_24h)})
     if policy.token_cap_24h is not None and spend.tokens >= policy.token_cap_24h:
-        return Capped(LIMIT_TOKENS, f"agent token cap {policy.token_cap_24h:,}/24 h reached")
+        return Capped(LIMIT_TOKENS, f"agent token cap {policy.token_cap_24h:,}/24 h reached",
+                      {"agent": policy.agent, "spent": spend.tokens, "cap": policy.token_cap_24h})
     return None
 
 
@@ -170,6 +173,20 @@ def report():
     return [(p, spent.get(p.agent, Spend()), verdict(p, spent.get(p.agent, Spend()))) for p in policies]
 
 
+def enforce(run):
+    """From the commit path (`runs.budgets.enforce`): ask `run` to stop when its agent
+    is capped. Reads the memo, so it costs a commit no query most of the time; a cap
+    crossed within the memo's life is caught at a later commit or the watchdog's next
+    sweep. Returns the StopOutcome, or None when the agent is not capped."""
+    from runs import transitions
+
+    found = capped_agents().get(run.agent)
+    if found is None or run.cancel_requested_at is not None:
+        return None
+    return transitions.request_stop(run.pk, reason=Run.TerminationReason.BUDGET_EXHAUSTED, limit=found.limit,
+                                    note=found.reason, evidence=found.evidence)
+
+
 def stop_live_runs(agents=None, *, limit=500):
     """Ask every live run of a capped agent (of `agents`, if given) that has no stop or
     abort pending to stop: budget_exhausted, limit agent_tokens_24h / agent_cost_24h.
@@ -187,11 +204,12 @@ def stop_live_runs(agents=None, *, limit=500):
         found = capped[agent]
         outcome = transitions.request_stop(
             run_id, reason=Run.TerminationReason.BUDGET_EXHAUSTED, limit=found.limit, note=found.reason,
+            evidence=found.evidence,
         )
         if outcome in (transitions.StopOutcome.REQUESTED, transitions.StopOutcome.SETTLED):
             asked.append(run_id)
     return asked
 
 
-__all__ = ["Capped", "Spend", "capped_agents", "compute_capped", "forget", "held_back", "retry_after", "report",
+__all__ = ["Capped", "Spend", "capped_agents", "compute_capped", "enforce", "forget", "held_back", "retry_after", "report",
            "spend_24h", "stop_live_runs"]

@@ -149,3 +149,33 @@ def test_report_lists_every_policy_with_its_spend():
     spent_run("alpha", tokens_in=3)
     rows = agent_caps.report()
     assert [(p.agent, s.tokens, c) for p, s, c in rows] == [("alpha", 3, None), ("beta", 0, None)]
+
+
+def test_the_watchdog_asks_live_runs_of_a_capped_agent_to_stop_once():
+    from runs import watchdog
+
+    AgentPolicy.objects.create(agent="alpha", cost_cap_24h=Decimal("1"))
+    live = spent_run("alpha", cost="1", settle=False)
+    other = claim_new_run(worker="w3", agent="beta")
+    queued = transitions.create_run(agent="alpha")
+    report = watchdog.sweep()
+    assert report.agent_capped == [live.pk] and report.acted
+    live = Run.objects.get(pk=live.pk)
+    assert (live.status, live.stop_reason, live.cancel_source) == ("running", "budget_exhausted", "guardrail")
+    stop = live.events.get(kind="stop_requested")
+    assert stop.data["limit"] == "agent_cost_24h" and stop.data["reason"] == "budget_exhausted"
+    assert stop.data["note"] == "agent cost cap $1.00/24 h reached" and stop.data["agent"] == "alpha"
+    assert Run.objects.get(pk=other.pk).cancel_requested_at is None
+    assert Run.objects.get(pk=queued.pk).status == "queued"  # held back, not ended
+    assert watchdog.sweep().agent_capped == []  # asked once
+
+
+def test_a_commit_that_reaches_the_agent_cap_asks_its_run_to_stop():
+    AgentPolicy.objects.create(agent="alpha", token_cap_24h=100)
+    run = claim_new_run(worker="w1", agent="alpha")
+    assert transitions.commit_step(run.id, worker="w1", index=0, kind="message", text="x", tokens_in=99)
+    assert Run.objects.get(pk=run.id).cancel_requested_at is None
+    assert transitions.commit_step(run.id, worker="w1", index=1, kind="message", text="y", tokens_out=1)
+    run = Run.objects.get(pk=run.id)
+    assert run.stop_reason == "budget_exhausted"
+    assert run.events.get(kind="stop_requested").data["limit"] == "agent_tokens_24h"
