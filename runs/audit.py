@@ -12,13 +12,15 @@ import csv
 from runs.models import RunEvent
 
 E = RunEvent.Kind
-ACTION_KINDS = (E.CANCEL_REQUESTED, E.RETIRED, E.RETRIED, E.RESUMED, E.INPUT_QUEUED, E.REAPED, E.BUDGET_CHANGED)
-# event kind -> the action in the operator's words (the glossary's "abort", "retire")
-ACTIONS = {E.CANCEL_REQUESTED: "abort", E.RETIRED: "retire", E.RETRIED: "retry", E.RESUMED: "answer",
-           E.INPUT_QUEUED: "send input", E.REAPED: "reap", E.BUDGET_CHANGED: "change budgets"}
+ACTION_KINDS = (E.CANCEL_REQUESTED, E.STOP_REQUESTED, E.RETIRED, E.RETRIED, E.RESUMED, E.INPUT_QUEUED, E.REAPED,
+                E.BUDGET_CHANGED)
+# event kind -> the action in the operator's words (the glossary's "abort", "retire";
+# a guardrail's "stop": a budget reached or a loop policy)
+ACTIONS = {E.CANCEL_REQUESTED: "abort", E.STOP_REQUESTED: "stop", E.RETIRED: "retire", E.RETRIED: "retry",
+           E.RESUMED: "answer", E.INPUT_QUEUED: "send input", E.REAPED: "reap", E.BUDGET_CHANGED: "change budgets"}
 # stored source -> the word shown (a stopping worker's and a policy's: the worker's)
 WHERE = {"dashboard": "dashboard", "cli": "cli", "api": "api", "admin": "admin", "watchdog": "watchdog",
-         "policy": "worker", "shutdown": "worker"}
+         "worker": "worker", "guardrail": "guardrail", "policy": "worker", "shutdown": "worker"}
 COLUMNS = ("at", "actor", "where", "client", "action", "run_id", "run_title", "note")
 
 

@@ -29,10 +29,18 @@ class AgentPolicy(models.Model):
     class Meta:
         verbose_name_plural = "agent policies"
         constraints = [
-            models.CheckConstraint(name="agentpolicy_loop_policy_valid", condition=Q(loop_policy__in=["flag", "stop"])),
-            models.CheckConstraint(name="agentpolicy_repeat_limit_min", condition=Q(repeat_limit__isnull=True) | Q(repeat_limit__gte=2)),
-            models.CheckConstraint(name="agentpolicy_failure_limit_min", condition=Q(failure_limit__isnull=True) | Q(failure_limit__gte=1)),
-            models.CheckConstraint(name="agentpolicy_cost_cap_positive", condition=Q(cost_cap_24h__isnull=True) | Q(cost_cap_24h__gt=0)),
+            models.CheckConstraint(
+                name="agentpolicy_loop_policy_valid", condition=Q(loop_policy__in=["flag", "stop"])
+            ),
+            models.CheckConstraint(
+                name="agentpolicy_repeat_limit_min", condition=Q(repeat_limit__isnull=True) | Q(repeat_limit__gte=2)
+            ),
+            models.CheckConstraint(
+                name="agentpolicy_failure_limit_min", condition=Q(failure_limit__isnull=True) | Q(failure_limit__gte=1)
+            ),
+            models.CheckConstraint(
+                name="agentpolicy_cost_cap_positive", condition=Q(cost_cap_24h__isnull=True) | Q(cost_cap_24h__gt=0)
+            ),
         ]
 
     def __str__(self):

@@ -42,6 +42,7 @@ class Cancel(TypedDict, total=False):
     source: str
     note: str
     hard: bool  # the watchdog's escalation: drop the run's task at its next await
+    stop: str  # a guardrail's stop, not an abort: the ending it asks for (budget_exhausted, policy_denied)
 
 
 class Resync(TypedDict):
@@ -75,6 +76,8 @@ def changed(run, event) -> Changed:
 
 def cancel(run, *, hard=False) -> Cancel:
     message = {"type": CANCEL, "run_id": str(run.id), "source": str(run.cancel_source), "note": run.cancel_note}
+    if run.stop_reason:
+        message["stop"] = str(run.stop_reason)
     if hard:
         message["hard"] = True
     return message

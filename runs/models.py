@@ -217,6 +217,13 @@ class Run(models.Model):
         return self.cancel_requested_at is not None and not self.is_terminal
 
     @property
+    def cancelling_label(self):
+        """What a pending request is called until the worker settles: an abort, or a guardrail's stop."""
+        if self.stop_reason:
+            return f"Stopping: {self.get_stop_reason_display()}…"
+        return "Aborting…"
+
+    @property
     def reason_label(self):
         """Why it ended; an empty reason on a terminal row is 'unknown', never 'completed'."""
         if not self.is_terminal:

@@ -7,8 +7,9 @@ thresholds are `runs.rules`:
     stuck                 live, heartbeat older than RUNWARDEN_STUCK_S     flagged (derived, counted)
     lost                  running, heartbeat older than RUNWARDEN_REAP_S   reap: failed / worker_lost
     unanswered wait       released waiting_*, past its wait_deadline       failed / approval_denied
-    past deadline         non-terminal, deadline passed, no cancel yet     request cancel (watchdog; the
-                                                                           run's worker may be first)
+    past deadline         non-terminal, deadline passed, no cancel yet     request a stop, budget_exhausted
+                                                                           (the wall-clock budget; the run's
+                                                                           worker may be first)
     cancel not honoured   cancel older than RUNWARDEN_CANCEL_GRACE_S       escalate: the worker is told
                                                                            to stop hard (once)
     hard stop ignored     escalated over RUNWARDEN_CANCEL_ESCALATE_S ago   retire
@@ -40,7 +41,7 @@ class Sweep:
     stuck: int = 0
     not_honoured: int = 0
     reaped: list = field(default_factory=list)
-    deadline_cancelled: list = field(default_factory=list)
+    deadline_stopped: list = field(default_factory=list)
     retired: list = field(default_factory=list)
     escalated: list = field(default_factory=list)
     expired: list = field(default_factory=list)  # waits nobody answered in time
@@ -48,21 +49,25 @@ class Sweep:
 
     @property
     def acted(self):
-        return bool(self.reaped or self.deadline_cancelled or self.retired or self.escalated or self.expired
+        return bool(self.reaped or self.deadline_stopped or self.retired or self.escalated or self.expired
                     or self.agent_capped)
 
 
-def cancel_past_deadline(run_ids=None, *, by="watchdog", source=WATCHDOG, limit=500):
+def stop_past_deadline(run_ids=None, *, by="watchdog", source=WATCHDOG, limit=500):
     """Ask each run past its deadline (`rules.DEADLINE_PASSED`, on the database clock) to
-    stop, with the one deadline note; `run_ids` narrows it to those runs. The watchdog and
-    a run's own worker both call it, each as itself. Returns the ids asked (or settled)."""
+    stop: its wall-clock budget is spent (it ends completed/budget_exhausted, truncated),
+    with the one deadline note; `run_ids` narrows it to those runs. The watchdog and a
+    run's own worker both call it, each as itself. Returns the ids asked (or settled)."""
     runs = Run.objects.filter(rules.DEADLINE_PASSED)
     if run_ids is not None:
         runs = runs.filter(pk__in=list(run_ids))
     cancelled = []
     for run_id in runs.values_list("pk", flat=True)[:limit]:
-        outcome = transitions.request_cancel(run_id, by=by, source=source, note=rules.DEADLINE_NOTE)
-        if outcome in (transitions.CancelOutcome.REQUESTED, transitions.CancelOutcome.SETTLED):
+        outcome = transitions.request_stop(
+            run_id, reason=Run.TerminationReason.BUDGET_EXHAUSTED, limit="wall_clock", by=by, source=source,
+            note=rules.DEADLINE_NOTE,
+        )
+        if outcome:  # REQUESTED, or SETTLED for a run nobody held
             cancelled.append(run_id)
     return cancelled
 
@@ -72,7 +77,7 @@ def sweep(*, stuck_s=None, reap_s=None, grace_s=None, escalate_s=None, limit=500
     limits = rules.thresholds(stuck_s=stuck_s, reap_s=reap_s, grace_s=grace_s, escalate_s=escalate_s)
     report = Sweep()
 
-    report.deadline_cancelled = cancel_past_deadline(limit=limit)
+    report.deadline_stopped = stop_past_deadline(limit=limit)
     report.reaped = transitions.reap_stale(older_than=limits.reap, limit=limit)
     report.expired = transitions.expire_waits(limit=limit)
     report.agent_capped = agent_caps.stop_live_runs(limit=limit)
@@ -102,9 +107,9 @@ def sweep(*, stuck_s=None, reap_s=None, grace_s=None, escalate_s=None, limit=500
     report.not_honoured = ignored.count()
     if report.acted:
         log.info(
-            "watchdog: %d reaped, %d cancelled at deadline, %d told to stop hard, %d retired (cancel not honoured),"
+            "watchdog: %d reaped, %d stopped at deadline, %d told to stop hard, %d retired (cancel not honoured),"
             " %d waits expired, %d asked to stop (agent 24 h cap)",
-            len(report.reaped), len(report.deadline_cancelled), len(report.escalated), len(report.retired),
+            len(report.reaped), len(report.deadline_stopped), len(report.escalated), len(report.retired),
             len(report.expired), len(report.agent_capped),
         )
     return report

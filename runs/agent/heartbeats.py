@@ -4,8 +4,8 @@
 whether a cancel is pending; that answer is the slow path of cancel delivery, so a
 cancel lands within about one interval even when the control plane is down. A run the
 worker no longer holds (retired, reaped, taken over) is marked lost and stopped; a run
-past its deadline gets a cancel requested by its worker, through the watchdog's own rule
-(`watchdog.cancel_past_deadline`: the database clock decides, the note is the same).
+past its deadline (its wall-clock budget) is asked to stop by its worker, through the watchdog's own rule
+(`watchdog.stop_past_deadline`: the database clock decides, the note is the same).
 
 The loop runs while some run is registered and ends with the last one (a Worker starts
 it again with its next run). The periodic beat goes on the database pool's urgent lane:
@@ -116,10 +116,10 @@ class Heartbeats:
     async def _deadline_passed(self, state):
         try:
             asked = await self.db.call(
-                watchdog.cancel_past_deadline, [state.run_id], by=self.worker_id, source=Run.CancelSource.WORKER,
+                watchdog.stop_past_deadline, [state.run_id], by=self.worker_id, source=Run.CancelSource.WORKER,
             )
-        except Exception as error:  # noqa: BLE001 - retried on the next beat; the watchdog cancels it too
-            log.warning("run %s: deadline cancel failed: %s", state.run_id, error)
+        except Exception as error:  # noqa: BLE001 - retried on the next beat; the watchdog stops it too
+            log.warning("run %s: deadline stop failed: %s", state.run_id, error)
             return
         finally:
             self._deadlines.discard(state.run_id)

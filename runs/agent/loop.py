@@ -85,14 +85,17 @@ class Engine:
     def __init__(self, run, *, worker_id, signal, provider, db, progress, config, breaker, stats, tools=None,
                  policy=None, fire=None, parking=None):
         self.run_id = run.id
-        self.fire = fire or signal.cancel  # how the engine fires its own signal (the runner notes why)
+        # How the engine fires its own signal, saying why (the runner notes it).
+        self.fire = fire or (lambda via="": signal.cancel())
         self.parking = parking or (lambda: None)  # tells the runner a release is coming (see _park)
         self.worker_id = worker_id
         self.signal = signal
         self.provider = provider
         self.db = db
         self.progress = progress
-        self.limits = (run.max_iterations, run.token_budget, run.cost_budget)
+        # Budgets are the server's (runs.budgets, checked as each step commits: they may be
+        # edited mid-run); the iteration cap is the engine's own.
+        self.max_iterations = run.max_iterations
         self.index = run.steps  # the next step to commit
         self.usage = {"tokens_in": run.tokens_in, "tokens_out": run.tokens_out, "cost": run.cost}
         self.row = run  # as claimed: its pending_request says how it was resumed
@@ -167,12 +170,8 @@ class Engine:
             await self._take_messages()
             if self.provider.exhausted(self.index):
                 return outcomes.COMPLETED
-            max_iterations, token_budget, cost_budget = self.limits
-            if max_iterations and self.index >= max_iterations:
+            if self.max_iterations and self.index >= self.max_iterations:
                 return outcomes.MAX_ITERATIONS
-            spent = self.usage["tokens_in"] + self.usage["tokens_out"]
-            if (token_budget and spent >= token_budget) or (cost_budget and self.usage["cost"] >= cost_budget):
-                return outcomes.BUDGET_EXHAUSTED
             self.signal.raise_if_cancelled()
             self.inflight = {"index": self.index}
             self.progress.start(self.index)
@@ -190,6 +189,8 @@ class Engine:
         step = await self._commit(reply, records)
         if step is None:
             await self._refused()
+        if getattr(step, "stopping", None) == transitions.StopOutcome.REQUESTED:
+            self.fire("budget")  # this commit reached a budget: stop at the next checkpoint, not on the message
         self.inflight = None
         self.progress.committed(self.index)
         self.index += 1
@@ -278,7 +279,7 @@ class Engine:
         """commit_step refused: a cancel is pending (discard), or the run is not ours."""
         beat = await self.db.call(transitions.heartbeat, self.run_id, worker=self.worker_id)
         if beat.cancel_requested or self.signal.is_cancelled():
-            self.fire()
+            self.fire("commit refused")
             raise Cancelled()
         if not beat.held:
             raise LostRun()

@@ -129,7 +129,7 @@ async def execute(run, *, signal, ctx, state=None):
                 run, worker_id=ctx.worker_id, signal=signal, provider=provider, db=ctx.db,
                 progress=progress, config=ctx.config, breaker=ctx.breakers.get(provider.name),
                 stats=ctx.stats, tools=ctx.tools() if ctx.tools else None, policy=ctx.policy,
-                fire=lambda: state.fire("commit refused"),
+                fire=state.fire,
                 parking=lambda: setattr(state, "parking", True),
             )
             state.engine_task = asyncio.ensure_future(engine.run())
@@ -193,8 +193,11 @@ async def finalize(run, outcome, *, state, ctx, totals=None, discarded=None, tas
                 took = f", settled {1000 * (time.monotonic() - state.fired_at):.1f} ms after it arrived" if state.fired_at else ""
                 via = f" (cancel via {state.cancel_via or 'signal'}{took})"
             held = f" (held through a database outage: {attempts} attempts)" if attempts > 1 else ""
-            log.info("run %s settled %s/%s%s%s%s", run.id, outcome.status, outcome.reason, via, held,
-                     "" if won else " (late: ignored)")
+            # A guardrail's stop honoured as a cancel is recorded as that stop's ending.
+            ended = f"{outcome.status}/{outcome.reason}"
+            if won == transitions.SettleOutcome.STOPPED:
+                ended = "as its guardrail's stop says"
+            log.info("run %s settled %s%s%s%s", run.id, ended, via, held, "" if won else " (late: ignored)")
     except Exception:  # noqa: BLE001 - not the database being away: a bug; the reaper settles it
         log.exception("run %s: settle failed", run.id)
     finally:

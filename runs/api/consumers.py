@@ -5,7 +5,9 @@ not browsers: no cookie, no Origin, so this route sits outside the Origin check)
 as a one-use ticket (`?ticket=`, or the subprotocol `ticket.<ticket>`; `runwarden.api.tickets`).
 After the socket opens the server sends `{"type": "ready", "run_id", "status"}`, then
 `{"type": "cancel", "source", "note"}` the moment a cancel is requested (or at once,
-if one was pending before the socket opened) — once per connection — and
+if one was pending before the socket opened) — once per connection; a guardrail's
+stop instead is `{"type": "stop", "reason": "budget_exhausted"|"policy_denied",
+"source", "note"}`: stop at the same checkpoint and settle with that reason — and
 `{"type": "input", "input": {…}}` for each operator answer not yet acknowledged.
 A refused handshake is accepted, sent `{"type": "error", "error": {...}}`, and closed
 with 4401 (no valid key or ticket; a key revoked later too), 4403 or 4404.
@@ -127,7 +129,8 @@ class AgentControlConsumer(AsyncWebsocketConsumer):
         await self.accept(subprotocol)
         await self.send(dumps({"type": "ready", "run_id": str(self.run_pk), "status": state["status"]}))
         if state["cancel"] is not None:
-            await self._send_cancel(state["cancel"]["source"], state["cancel"]["note"])
+            cancel = state["cancel"]
+            await self._send_cancel(cancel["source"], cancel["note"], stop=cancel["stop_reason"])
         await self.send_answers()
 
     async def refuse(self, error, subprotocol=None):
@@ -195,10 +198,13 @@ class AgentControlConsumer(AsyncWebsocketConsumer):
                 await self.send(dumps({"type": "cancel", "hard": True, "source": "watchdog",
                                        "note": "cancel not honoured: stop now"}))
             return
-        await self._send_cancel(message.get("source", ""), message.get("note", ""))
+        await self._send_cancel(message.get("source", ""), message.get("note", ""), stop=message.get("stop"))
 
-    async def _send_cancel(self, source, note):
+    async def _send_cancel(self, source, note, stop=None):
         if self.cancel_sent:
             return  # a cancel is one-shot: a retire after a request is not a second one
         self.cancel_sent = True
+        if stop:  # a guardrail's stop: end with its reason (a cancelled settle is recorded so too)
+            await self.send(dumps({"type": "stop", "reason": stop, "source": source or "", "note": note or ""}))
+            return
         await self.send(dumps({"type": "cancel", "source": source or "", "note": note or ""}))

@@ -31,7 +31,9 @@ log = logging.getLogger("runs.api")
 router = Router(tags=["worker"])
 MAX_WAIT_S = 60.0
 RECHECK_S = 5.0  # the fallback only; the layer wakes a poll at once
-STATE_FIELDS = ("id", "status", "worker", "cancel_requested_at", "cancel_requested_by", "cancel_source", "cancel_note")
+STATE_FIELDS = (
+    "id", "status", "worker", "cancel_requested_at", "cancel_requested_by", "cancel_source", "cancel_note", "stop_reason",
+)
 
 
 class ControlQuery(BaseModel):

@@ -60,6 +60,9 @@ class CancelInfo(Schema):
     by: str
     source: str
     note: str
+    stop_reason: Literal["budget_exhausted", "policy_denied"] | None = Field(
+        None, description="set when a guardrail, not an operator, asks the run to stop: settle completed/"
+        "budget_exhausted (truncated) or failed/policy_denied (settling cancelled is recorded so too)")
 
 
 class Totals(Schema):
@@ -115,6 +118,8 @@ class BudgetsIn(Strict):
 class HeartbeatOut(Schema):
     held: bool = Field(description="false: stop working on this run (it ended, or is not yours)")
     cancel_requested: bool = Field(description="true: stop at your next checkpoint and settle cancelled")
+    stop_reason: str | None = Field(None, description="set with cancel_requested when a guardrail asks the stop "
+                                    "(budget_exhausted, policy_denied): settle with that reason")
     status: str
 
 

@@ -13,6 +13,7 @@ def cancel_info(run):
         "by": run.cancel_requested_by,
         "source": run.cancel_source,
         "note": run.cancel_note,
+        "stop_reason": run.stop_reason or None,
     }
 
 

@@ -71,11 +71,13 @@ def list_steps(request, run_id: str, query: Query[StepsQuery]):
 @router.post("/runs/{run_id}/heartbeat", response={200: HeartbeatOut, **ERRORS}, summary="Heartbeat")
 def heartbeat(request, run_id: str):
     """Say this worker is alive on the run. `held: false` means stop working on it;
-    `cancel_requested: true` means stop at the next checkpoint and settle cancelled."""
+    `cancel_requested: true` means stop at the next checkpoint and settle cancelled, or,
+    with `stop_reason` (a guardrail's stop), settle with that reason."""
     key = request.auth
     run = run_for(key, run_id, only=ACCESS_FIELDS)
     beat = transitions.heartbeat(run.pk, worker=key.worker)
-    return Status(200, {"held": beat.held, "cancel_requested": beat.cancel_requested, "status": beat.status})
+    return Status(200, {"held": beat.held, "cancel_requested": beat.cancel_requested, "stop_reason": beat.stop or None,
+                        "status": beat.status})
 
 
 @router.post("/runs/{run_id}/steps", response={201: StepOut, 409: ConflictOut, **ERRORS}, summary="Commit a step")
@@ -209,6 +211,9 @@ def settle(request, run_id: str, payload: SettleIn, response: HttpResponse, idem
         inflight.clear(run.pk)
         if outcome == transitions.SettleOutcome.CANCEL_WON:  # the cancel came first: recorded cancelled
             return 200, {"settled": True, "status": Run.Status.CANCELLED, "reason": Run.TerminationReason.CANCELLED}
+        if outcome == transitions.SettleOutcome.STOPPED:  # a guardrail's stop came first: recorded as it says
+            ended = Run.objects.values("status", "termination_reason").get(pk=run.pk)
+            return 200, {"settled": True, "status": ended["status"], "reason": ended["termination_reason"]}
         return 200, {"settled": True, "status": payload.status, "reason": payload.reason}
 
     status, body = idempotent(request, key.worker, compute)

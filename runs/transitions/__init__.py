@@ -21,9 +21,10 @@ from runs.transitions.follow_up import consume_inputs, queue_input, retry
 from runs.transitions.lifecycle import claim, claim_next, create_run, heartbeat, heartbeat_many, resume, suspend
 from runs.transitions.outcomes import (
     CancelOutcome, ClaimOutcome, EscalateOutcome, InputOutcome, Kind, Outcome, Result, ResumeOutcome, RetireOutcome,
-    RetryOutcome, SettleOutcome, SuspendOutcome,
+    RetryOutcome, SettleOutcome, StopOutcome, SuspendOutcome,
 )
 from runs.transitions.steps import commit_step, record_discard
+from runs.transitions.stopping import request_stop
 from runs.transitions.table import ALLOWED_FROM, LIFECYCLE
 from runs.transitions.waiting import expire_waits
 
@@ -31,9 +32,9 @@ __all__ = [
     "ALLOWED_FROM", "LIFECYCLE", "Heartbeat", "parse_id", "create_run", "claim", "claim_next",
     "heartbeat", "heartbeat_many", "request_cancel", "retire", "reap_stale", "suspend", "resume", "settle",
     "safe_message", "retry", "queue_input", "consume_inputs", "commit_step", "record_discard", "escalate_cancel",
-    "expire_waits", "acreate_run",
+    "expire_waits", "request_stop", "acreate_run",
     "Kind", "Outcome", "Result", "CancelOutcome", "ClaimOutcome", "EscalateOutcome", "InputOutcome", "ResumeOutcome",
-    "RetireOutcome", "RetryOutcome", "SettleOutcome", "SuspendOutcome",
+    "RetireOutcome", "RetryOutcome", "SettleOutcome", "StopOutcome", "SuspendOutcome",
 ]
 
 # The one async twin something calls (the demo feed); others call the sync verbs

@@ -30,6 +30,7 @@ class Heartbeat:
     held: bool  # False once the run is terminal or held by another worker: stop working on it
     cancel_requested: bool  # the slow path of cancel delivery
     status: str = ""  # "" when the run does not exist
+    stop: str = ""  # with cancel_requested: a guardrail's stop reason ("" for an abort)
 
 
 def parse_id(run_id):
@@ -143,12 +144,34 @@ def terminal(status, reason):
     return {"status": status, "termination_reason": reason, "finished_at": Now()}
 
 
-def cancel_wins(failed_reason):
-    """A failure arriving while a cancel is pending is recorded as cancelled: the stop
-    came first. Evaluated inside the UPDATE, so no read can go stale."""
-    pending = Q(cancel_requested_at__isnull=False)
+# A guardrail's stop rides on the cancel request (`stop_reason` is set only with it).
+STOPPED_BY_BUDGET, STOPPED_BY_POLICY = Q(stop_reason=R.BUDGET_EXHAUSTED), Q(stop_reason=R.POLICY_DENIED)
+PENDING = Q(cancel_requested_at__isnull=False)
+
+
+def _by_request(budget, policy, cancel, otherwise):
+    return Case(
+        When(STOPPED_BY_BUDGET, then=Value(budget)),
+        When(STOPPED_BY_POLICY, then=Value(policy)),
+        When(PENDING, then=Value(cancel)),
+        default=Value(otherwise),
+    )
+
+
+def stopped_or(status, reason, truncated=False):
+    """How a run ends when a request to stop is pending: an abort's cancelled/cancelled,
+    or a guardrail stop's own ending (the money ran out: completed/budget_exhausted,
+    truncated; a loop policy: failed/policy_denied); `status`/`reason` when none is.
+    Evaluated inside the UPDATE, so no read can go stale."""
     return {
-        "status": Case(When(pending, then=Value(S.CANCELLED)), default=Value(S.FAILED)),
-        "termination_reason": Case(When(pending, then=Value(R.CANCELLED)), default=Value(failed_reason)),
+        "status": _by_request(S.COMPLETED, S.FAILED, S.CANCELLED, status),
+        "termination_reason": _by_request(R.BUDGET_EXHAUSTED, R.POLICY_DENIED, R.CANCELLED, reason),
+        "truncated": _by_request(True, False, False, truncated),
         "finished_at": Now(),
     }
+
+
+def cancel_wins(failed_reason):
+    """A failure arriving while a cancel (or a guardrail stop) is pending is recorded as
+    that request's ending: the stop came first."""
+    return stopped_or(S.FAILED, failed_reason)

@@ -8,7 +8,8 @@ from django.db.models.functions import Coalesce, Now
 from runs import events, messages, rules
 from runs.models import Run
 from runs.transitions._guard import (
-    ALLOWED_FROM, UNHELD, E, R, S, actor_name, cancel_wins, guarded, log, origin, parse_id, refused, standing, terminal,
+    ALLOWED_FROM, UNHELD, E, R, S, actor_name, cancel_wins, guarded, log, origin, parse_id, refused, standing, stopped_or,
+    terminal,
 )
 from runs.transitions.outcomes import CancelOutcome, RetireOutcome, SettleOutcome
 
@@ -58,8 +59,9 @@ def request_cancel(run_id, *, by=None, source=Run.CancelSource.DASHBOARD, note="
 
 def retire(run_id, *, by=None, note="", source=Run.CancelSource.DASHBOARD, guard=None, client=""):
     """End a run whose worker is gone (or ignores an abort), without that worker: any
-    non-terminal run becomes cancelled now; its late settle then loses. The totals it
-    reached are kept. RETIRED, or ALREADY_TERMINAL / NOT_FOUND, or NOT_DUE when
+    non-terminal run becomes cancelled now (a run a guardrail asked to stop ends as that
+    stop says: completed/budget_exhausted or failed/policy_denied); its late settle then
+    loses. The totals it reached are kept. RETIRED, or ALREADY_TERMINAL / NOT_FOUND, or NOT_DUE when
     `guard` (a Q re-checked inside the UPDATE, e.g. "still silent") no longer holds."""
     actor, note = actor_name(by), (note or "")[:rules.NOTE_LIMIT]
     no_request = Q(cancel_requested_at__isnull=True)
@@ -77,7 +79,7 @@ def retire(run_id, *, by=None, note="", source=Run.CancelSource.DASHBOARD, guard
         cancel_requested_by=Case(When(no_request, then=Value(actor)), default=F("cancel_requested_by")),
         cancel_source=Case(When(no_request, then=Value(source)), default=F("cancel_source")),
         cancel_note=Case(When(no_request, then=Value(note)), default=F("cancel_note")),
-        **terminal(S.CANCELLED, R.CANCELLED),
+        **stopped_or(S.CANCELLED, R.CANCELLED),
     )
     if run is not None:
         return RetireOutcome.RETIRED
@@ -121,18 +123,22 @@ def settle(
 ):
     """End a live run. Guarded on live and, with `worker`, on that worker holding it.
     SETTLED (as asked) or CANCEL_WON (a failure while a cancel is pending is recorded
-    cancelled/cancelled). A late or duplicate settle changes nothing, keeps the first
+    cancelled/cancelled), or STOPPED: a guardrail's stop was pending, and a cancelled or
+    failed settle is recorded as that stop's ending (completed/budget_exhausted,
+    truncated, or failed/policy_denied). A late or duplicate settle changes nothing, keeps the first
     outcome, logs one INFO line and writes `late_settle_ignored`: ALREADY_TERMINAL, or
     NOT_HELD (queued, or another worker holds it); NOT_FOUND for no such run."""
     if reason not in Run.REASONS.get(status, ()):
         raise ValueError(f"{reason!r} is not a termination reason for {status!r}")
     if truncated and reason not in Run.TRUNCATING:
         raise ValueError(f"{reason!r} cannot be truncated")
-    outcome = cancel_wins(reason) if status == S.FAILED else terminal(status, reason)
+    if status == S.COMPLETED:
+        outcome = {**terminal(status, reason), "truncated": truncated}
+    else:  # a failure or a cancel: a pending request's ending wins (stopped_or)
+        outcome = stopped_or(status, reason)
     changes = {
         **outcome,
         **_totals(totals),
-        "truncated": truncated,
         "error_class": (error_class or "")[:200],
         "error_message": safe_message(error_message),
     }
@@ -142,13 +148,16 @@ def settle(
         event=E.SETTLED,
         guard=Q(worker=worker) if worker else None,
         actor=worker or "",
-        data={"truncated": truncated, "error_class": changes["error_class"]},
+        data=lambda run: {"truncated": run.truncated, "error_class": changes["error_class"]},
         **changes,
     )
     if run is None:
         return _ignore_late_settle(run_id, worker, status, reason)
-    if run.status == S.COMPLETED and run.cancel_requested_at is not None:
+    honoured = run.stop_reason and run.termination_reason == run.stop_reason
+    if run.status == S.COMPLETED and run.cancel_requested_at is not None and not honoured:
         events.append(run.id, E.CANCEL_TOO_LATE, actor=worker or "", source=run.cancel_source)
+    if run.stop_reason and (run.status, run.termination_reason) != (status, reason):
+        return SettleOutcome.STOPPED
     return SettleOutcome.CANCEL_WON if run.status != status else SettleOutcome.SETTLED
 
 

@@ -20,16 +20,17 @@ def create_run(
     max_iterations=None,
     token_budget=None,
     cost_budget=None,
+    tool_call_budget=None,
     deadline=None,
     retry_of=None,
-    tool_call_budget=None,
 ):
     """Create a queued run and its `created` event. Raises ValueError for bad limits."""
     agent = (agent or "").strip()
     if not agent or len(agent) > 100:
         raise ValueError("agent must be a non-empty name of at most 100 characters")
-    limits = (("max_iterations", max_iterations), ("token_budget", token_budget), ("tool_call_budget", tool_call_budget))
-    for name, value in limits:
+    for name, value in (
+        ("max_iterations", max_iterations), ("token_budget", token_budget), ("tool_call_budget", tool_call_budget),
+    ):
         if value is not None and (not isinstance(value, int) or value < 1):
             raise ValueError(f"{name} must be a positive integer")
     if cost_budget is not None:
@@ -47,8 +48,8 @@ def create_run(
             max_iterations=max_iterations,
             token_budget=token_budget,
             cost_budget=cost_budget,
-            deadline=deadline,
             tool_call_budget=tool_call_budget,
+            deadline=deadline,
             retry_of=retry_of,
             event_seq=1,
         )
@@ -139,12 +140,13 @@ def heartbeat(run_id, *, worker):
         return Heartbeat(held=False, cancel_requested=False)
     beat = Run.objects.filter(pk=run_id, status__in=ALLOWED_FROM["heartbeat"], worker=worker)
     updated = beat.update(heartbeat_at=Now())
-    row = Run.objects.filter(pk=run_id).values("status", "worker", "cancel_requested_at").first()
+    row = Run.objects.filter(pk=run_id).values("status", "worker", "cancel_requested_at", "stop_reason").first()
     if row is None:
         return Heartbeat(held=False, cancel_requested=False)
     held = bool(updated) and row["status"] in Run.LIVE and row["worker"] == worker
     return Heartbeat(
-        held=held, cancel_requested=row["cancel_requested_at"] is not None, status=row["status"]
+        held=held, cancel_requested=row["cancel_requested_at"] is not None, status=row["status"],
+        stop=row["stop_reason"],
     )
 
 

@@ -82,8 +82,19 @@ class SettleOutcome(Outcome):
 
     SETTLED = "settled", D, "Settled as asked."
     CANCEL_WON = "cancel_won", D, "Settled cancelled: a cancel was pending, so the failure is recorded as cancelled."
+    STOPPED = "stopped", D, "Settled as the guardrail's stop asked: it was pending, so its ending is recorded."
     ALREADY_TERMINAL = "already_terminal", X, "Late settle ignored: the run had already ended; the first outcome stands."
     NOT_HELD = "not_held", X, "Not settled: this worker does not hold the live run."
+    NOT_FOUND = "not_found", N, NO_SUCH_RUN
+
+
+class StopOutcome(Outcome):
+    """request_stop: a budget or a loop policy asks a run to stop."""
+
+    REQUESTED = "requested", D, "Stop requested: the run ends at its next checkpoint."
+    SETTLED = "settled", D, "Stopped: nobody was running it, so it ended at once."
+    ALREADY_STOPPING = "already_stopping", U, "An abort or a stop is already pending."
+    ALREADY_TERMINAL = "already_terminal", X, "Not stopped: the run has already ended."
     NOT_FOUND = "not_found", N, NO_SUCH_RUN
 
 

@@ -11,16 +11,18 @@ from django.db import transaction
 from django.db.models import F
 from django.db.models.functions import Now
 
-from runs import events
+from runs import budgets, events
 from runs.models import Run, Step
-from runs.transitions._guard import E, S, parse_id
+from runs.transitions._guard import E, S, parse_id, update_returning
 
 
 def commit_step(run_id, *, worker, index, kind, text="", tool_calls=(), tokens_in=0, tokens_out=0, cost=0,
                 charged=False):
     """Write step `index` and add it to the run's totals (and count as a heartbeat).
     Returns the Step, or None when the worker no longer holds the running run or a
-    cancel is pending (nothing written). `charged`: the step's spend is in the totals
+    cancel is pending (nothing written). A commit that reaches one of the run's budgets
+    asks it to stop (`runs.budgets`): the Step's `stopping` is then that StopOutcome
+    (else None), so the committing worker stops at once rather than on the message. `charged`: the step's spend is in the totals
     already (added when its run parked for an approval); the Step still records it.
     Every tool call must carry its result (or error): half a tool call is never kept."""
     run_id = parse_id(run_id)
@@ -38,12 +40,14 @@ def commit_step(run_id, *, worker, index, kind, text="", tool_calls=(), tokens_i
     }
     with transaction.atomic():
         # `steps=index` makes a replayed or out-of-order commit lose instead of leaving a gap.
-        if run_id is None or not held.update(
+        changed = run_id is not None and update_returning(
+            held,
             steps=F("steps") + 1,
             tool_calls=F("tool_calls") + len(tool_calls),
             **spend,
             heartbeat_at=Now(),  # a holder that commits is alive: it counts as a beat
-        ):
+        )
+        if not changed:
             return None
         step = Step.objects.create(
             run_id=run_id,
@@ -56,6 +60,7 @@ def commit_step(run_id, *, worker, index, kind, text="", tool_calls=(), tokens_i
             cost=cost,
         )
         events.append(run_id, E.STEP_COMMITTED, actor=worker, index=index, kind=kind)
+    step.stopping = budgets.enforce(changed[0])  # after commit: the stop is a transition of its own
     return step
 
 
@@ -70,15 +75,19 @@ def record_discard(run_id, *, worker, index, text="", tool_calls=(), tokens_in=0
     cost = Decimal(str(cost))
     held = Run.objects.filter(pk=run_id, status__in=Run.LIVE, worker=worker)
     with transaction.atomic():
-        if run_id is None or not held.update(
+        changed = run_id is not None and update_returning(
+            held,
             tokens_in=F("tokens_in") + tokens_in,
             tokens_out=F("tokens_out") + tokens_out,
             cost=F("cost") + cost,
             heartbeat_at=Now(),
-        ):
+        )
+        if not changed:
             return None
-        return events.append(
+        event = events.append(
             run_id, E.STEP_DISCARDED, actor=worker, index=index, text=text, interrupted=True, reason=reason,
             tool_calls=list(tool_calls), tokens_in=tokens_in, tokens_out=tokens_out, cost=str(cost),
             estimated=estimated,
         )
+    budgets.enforce(changed[0])  # paid for though thrown away: it counts against the budget
+    return event

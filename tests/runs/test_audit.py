@@ -24,7 +24,7 @@ def test_audit_rows_for_each_action_and_source(make_run, running_run, run_in):
     assert ("alice", "dashboard", "203.0.113.7", "abort", "from the page") in seen
     assert ("cli", "cli", "", "retire", "worker died") in seen
     assert ("bob", "api", "", "retry", "") in seen
-    assert ("watchdog", "watchdog", "", "abort", "deadline passed") in seen
+    assert ("watchdog", "watchdog", "", "stop", "deadline passed") in seen
     assert {e.run_id for e in audit.entries(actor="watchdog")} == {d.id}
     assert {e.run_id for e in audit.entries(source="cli")} == {b.id}
 
@@ -40,7 +40,7 @@ def test_every_operator_verb_keeps_the_client_address(run_in, released_in, verb)
 
 
 def test_the_where_words_are_the_glossarys():
-    assert set(audit.WHERE.values()) <= {"dashboard", "cli", "api", "admin", "watchdog", "worker"}
+    assert set(audit.WHERE.values()) <= {"dashboard", "cli", "api", "admin", "watchdog", "worker", "guardrail"}
 
 
 @pytest.mark.parametrize("answer, word", [({"approved": True}, "approve"), ({"approved": False}, "deny")])

@@ -73,10 +73,10 @@ def test_the_deadline_rule_asks_only_runs_past_it_on_the_database_clock(make_run
     later = make_run(deadline=timezone.now() - timedelta(minutes=30))  # past for us, 30 min ahead for it
     from runs import watchdog
 
-    assert watchdog.cancel_past_deadline(by="w9", source=Run.CancelSource.WORKER) == [due.id]
+    assert watchdog.stop_past_deadline(by="w9", source=Run.CancelSource.WORKER) == [due.id]
     row = Run.objects.get(pk=due.pk)
-    assert (row.status, row.cancel_requested_by, row.cancel_source, row.cancel_note) == (
-        "cancelled", "w9", "worker", rules.DEADLINE_NOTE,
+    assert (row.status, row.termination_reason, row.cancel_requested_by, row.cancel_source, row.cancel_note) == (
+        "completed", "budget_exhausted", "w9", "worker", rules.DEADLINE_NOTE,
     )
     assert Run.objects.get(pk=later.pk).status == "queued"
     assert Run.objects.filter(rules.DEADLINE_PASSED).count() == 0

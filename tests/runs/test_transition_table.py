@@ -16,7 +16,7 @@ from runs import transitions
 from runs.models import Run
 from runs.transitions import (
     LIFECYCLE, CancelOutcome, ClaimOutcome, EscalateOutcome, InputOutcome, Kind, ResumeOutcome, RetireOutcome,
-    RetryOutcome, SettleOutcome, SuspendOutcome,
+    RetryOutcome, SettleOutcome, StopOutcome, SuspendOutcome,
 )
 from runs.transitions.table import ALLOWED_FROM
 from tests.runs.conftest import LONG_AGO, STATUSES
@@ -69,6 +69,10 @@ EXPECTED = {
         (Se.SETTLED, "completed"), queued=(Se.NOT_HELD, SAME), released=(Se.NOT_HELD, SAME), terminal=ENDED(Se),
     ),
     "retire": each((Rt.RETIRED, "cancelled"), terminal=ENDED(Rt)),
+    "request_stop": each(
+        (StopOutcome.REQUESTED, SAME), queued=(StopOutcome.SETTLED, "completed"),
+        released=(StopOutcome.SETTLED, "completed"), terminal=ENDED(StopOutcome),
+    ),
     "escalate_cancel": each((Es.NO_CANCEL_PENDING, SAME), terminal=ENDED(Es)),
     "queue_input": each((In.QUEUED, SAME), terminal=ENDED(In)),
     "retry": each(
@@ -84,6 +88,8 @@ def attempt(name, run_id):
         return transitions.claim(run_id, worker="w2")
     if name == "request_cancel":
         return transitions.request_cancel(run_id, by="op")
+    if name == "request_stop":
+        return transitions.request_stop(run_id, reason="budget_exhausted", limit="tokens")
     if name == "suspend":
         return transitions.suspend(run_id, worker="w1", status="waiting_for_approval")
     if name == "answer_approval":

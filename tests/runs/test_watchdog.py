@@ -57,27 +57,28 @@ def test_reaper_loses_to_a_heartbeat(running_run):
     assert Run.objects.get(pk=run.id).status == "running"
 
 
-def test_deadline_ends_a_queued_run_cancelled_by_the_watchdog(make_run):
+def test_deadline_ends_a_queued_run_its_wall_clock_budget_spent(make_run):
     run = make_run(deadline=timezone.now() - timedelta(seconds=1))
-    assert watchdog.sweep().deadline_cancelled == [run.id]
+    assert watchdog.sweep().deadline_stopped == [run.id]
     row = Run.objects.get(pk=run.id)
-    assert (row.status, row.termination_reason) == ("cancelled", "cancelled")
+    assert (row.status, row.termination_reason, row.truncated) == ("completed", "budget_exhausted", True)
     assert (row.cancel_source, row.cancel_note) == ("watchdog", "deadline passed")
 
 
-def test_deadline_asks_a_running_run_to_stop_and_it_ends_cancelled_not_failed(running_run):
+def test_deadline_asks_a_running_run_to_stop_and_it_ends_budget_exhausted_not_failed(running_run):
     run = running_run(deadline=timezone.now() - timedelta(seconds=1))
-    assert watchdog.sweep().deadline_cancelled == [run.id]
-    assert watchdog.sweep().deadline_cancelled == []  # asked once
-    # The worker notices and stops; even an error on the way out reads as the cancel it was.
+    assert watchdog.sweep().deadline_stopped == [run.id]
+    assert watchdog.sweep().deadline_stopped == []  # asked once
+    # The worker notices and stops; even an error on the way out reads as the stop it was.
     transitions.settle(run.id, status="failed", reason="provider_failed", worker="w1")
     row = Run.objects.get(pk=run.id)
-    assert (row.status, row.termination_reason, row.cancel_source) == ("cancelled", "cancelled", "watchdog")
+    assert (row.status, row.termination_reason, row.cancel_source) == ("completed", "budget_exhausted", "watchdog")
+    assert RunEvent.objects.get(run=run, kind="stop_requested").data["limit"] == "wall_clock"
 
 
 def test_future_deadline_is_left_alone(running_run):
     running_run(deadline=timezone.now() + timedelta(hours=1))
-    assert watchdog.sweep().deadline_cancelled == []
+    assert watchdog.sweep().deadline_stopped == []
 
 
 def test_unhonoured_cancel_is_flagged_and_retired_once_the_worker_is_silent(running_run):
@@ -164,9 +165,9 @@ async def test_serve_sweeps_until_stopped():
     await layer.group_add(groups.viewers(run.id), channel)
     stop = asyncio.Event()
     task = asyncio.create_task(watchdog.serve(stop, interval_s=0.05))
-    changed = await asyncio.wait_for(layer.receive(channel), 5)  # the sweep's cancel, announced
+    changed = await asyncio.wait_for(layer.receive(channel), 5)  # the sweep's stop, announced
     stop.set()
     await asyncio.wait_for(task, 2)
-    assert changed["event"] == "cancel_requested"
+    assert changed["event"] == "stop_requested"
     # database_sync_to_async, not aget: it closes its connection, so the test database can be dropped.
-    assert (await database_sync_to_async(Run.objects.get)(pk=run.id)).status == "cancelled"
+    assert (await database_sync_to_async(Run.objects.get)(pk=run.id)).status == "completed"

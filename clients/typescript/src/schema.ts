@@ -30,6 +30,7 @@ export interface CancelInfo {
   "by": string;
   "source": string;
   "note": string;
+  "stop_reason"?: "budget_exhausted" | "policy_denied" | null;
 }
 
 export interface CancelOut {
@@ -136,6 +137,7 @@ export interface EventsQuery {
 export interface HeartbeatOut {
   "held": boolean;
   "cancel_requested": boolean;
+  "stop_reason"?: string | null;
   "status": string;
 }
 

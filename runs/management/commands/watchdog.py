@@ -21,7 +21,7 @@ class Command(BaseCommand):
             report = watchdog.sweep()
             self.stdout.write(
                 f"stuck {report.stuck}, cancel not honoured {report.not_honoured}, "
-                f"reaped {len(report.reaped)}, cancelled at deadline {len(report.deadline_cancelled)}, "
+                f"reaped {len(report.reaped)}, stopped at deadline {len(report.deadline_stopped)}, "
                 f"retired {len(report.retired)}, waits expired {len(report.expired)}"
             )
             return

@@ -9,7 +9,7 @@ from runs import transitions
 from runs.agent import outcomes
 from runs.agent.cancel import CancelSignal
 from runs.agent.runner import execute
-from runs.models import RunInput
+from runs.models import Run, RunInput
 from tests.runs.agent.conftest import say
 from tests.runs.agent.probes import Probe, fail, hang
 
@@ -107,9 +107,34 @@ async def test_iteration_cap_completes_truncated(ctx, claimed, fetch):
 async def test_token_budget_completes_truncated(ctx, claimed, fetch):
     run = await claimed(script=[say(20)] * 5, token_budget=40)
     await asyncio.wait_for(execute(run, signal=CancelSignal(), ctx=ctx), 10)
-    row, steps, _, _ = await fetch(run.id)
+    row, steps, kinds, data = await fetch(run.id)
     assert (row.status, row.termination_reason, row.truncated) == ("completed", "budget_exhausted", True)
     assert 0 < len(steps) < 5 and row.tokens_in + row.tokens_out >= 40
+    # The server asked the stop as the step reaching it committed; the worker stopped at its
+    # next checkpoint, before another model call: nothing was started, so nothing discarded.
+    assert data["stop_requested"][0]["limit"] == "tokens"
+    assert kinds == ["created", "claimed", *["step_committed"] * len(steps), "stop_requested", "settled"]
+
+
+async def test_tool_call_budget_stops_the_run_truncated(ctx, claimed, fetch):
+    tools = {"tools": [{"name": "echo", "args": {"text": "x"}}]}
+    run = await claimed(script=[tools] * 5, tool_call_budget=2)
+    await asyncio.wait_for(execute(run, signal=CancelSignal(), ctx=ctx), 10)
+    row, steps, _, data = await fetch(run.id)
+    assert (row.status, row.termination_reason, row.truncated, row.tool_calls) == (
+        "completed", "budget_exhausted", True, 2,
+    )
+    assert len(steps) == 2 and data["stop_requested"][0]["limit"] == "tool_calls"
+
+
+async def test_a_budget_raised_mid_run_is_the_one_enforced(ctx, claimed, fetch, pool):
+    run = await claimed(script=[say(20)] * 4, token_budget=10)
+    # Raised after the claim, before the first commit: the engine keeps no copy of it.
+    await pool.call(lambda: Run.objects.filter(pk=run.pk).update(token_budget=10_000))
+    await asyncio.wait_for(execute(run, signal=CancelSignal(), ctx=ctx), 10)
+    row, steps, kinds, _ = await fetch(run.id)
+    assert (row.status, row.termination_reason, len(steps)) == ("completed", "completed", 4)
+    assert "stop_requested" not in kinds
 
 
 async def test_policy_denial_fails_the_run(ctx, claimed, fetch):
@@ -170,7 +195,7 @@ async def test_a_slow_tool_times_out_into_an_error_result_and_the_run_goes_on(ct
     assert "result" not in slow and "result" not in unknown
 
 
-async def test_a_passed_deadline_is_cancelled_by_the_runs_own_worker_with_the_watchdogs_note(ctx, claimed, fetch):
+async def test_a_passed_deadline_is_stopped_by_the_runs_own_worker_with_the_watchdogs_note(ctx, claimed, fetch):
     from datetime import timedelta
 
     from django.utils import timezone
@@ -178,8 +203,12 @@ async def test_a_passed_deadline_is_cancelled_by_the_runs_own_worker_with_the_wa
     run = await claimed(script=[say(400, 10)], deadline=timezone.now() + timedelta(milliseconds=200))
     await asyncio.wait_for(execute(run, signal=CancelSignal(), ctx=ctx), 5)
     row, *_ = await fetch(run.id)
-    assert (row.status, row.termination_reason, row.cancel_source) == ("cancelled", "cancelled", "worker")
-    assert (row.cancel_requested_by, row.cancel_note) == (ctx.worker_id, "deadline passed")
+    # The wall-clock budget is spent: truncated, not cancelled.
+    assert (row.status, row.termination_reason, row.truncated, row.cancel_source) == (
+        "completed", "budget_exhausted", True, "worker",
+    )
+    assert (row.cancel_requested_by, row.cancel_note, row.stop_reason) == (ctx.worker_id, "deadline passed",
+                                                                             "budget_exhausted")
 
 
 async def test_a_worker_whose_clock_runs_ahead_does_not_cancel_before_the_database_says_so(
@@ -196,8 +225,8 @@ async def test_a_worker_whose_clock_runs_ahead_does_not_cancel_before_the_databa
     real = timezone.now
     # The worker's clock is two hours ahead: by it, the deadline an hour away has passed.
     monkeypatch.setattr(heartbeats, "timezone", SimpleNamespace(now=lambda: real() + timedelta(hours=2)))
-    asked, rule = [], watchdog.cancel_past_deadline
-    monkeypatch.setattr(watchdog, "cancel_past_deadline", lambda *a, **k: asked.append(a) or rule(*a, **k))
+    asked, rule = [], watchdog.stop_past_deadline
+    monkeypatch.setattr(watchdog, "stop_past_deadline", lambda *a, **k: asked.append(a) or rule(*a, **k))
     run = await claimed(script=[say(30, 10)], deadline=real() + timedelta(hours=1))  # ~0.3 s of work
     await asyncio.wait_for(execute(run, signal=CancelSignal(), ctx=ctx), 5)
     row, *_ = await fetch(run.id)

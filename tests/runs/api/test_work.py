@@ -13,7 +13,9 @@ STEP = {"index": 0, "kind": "tool_calls", "text": "calling", "tokens_in": 5, "to
 def test_heartbeat_says_held_and_whether_a_cancel_is_pending(agent, held_run):
     run_id = held_run()
     _, client = agent
-    assert client.post(f"/runs/{run_id}/heartbeat").json() == {"held": True, "cancel_requested": False, "status": "running"}
+    assert client.post(f"/runs/{run_id}/heartbeat").json() == {
+        "held": True, "cancel_requested": False, "stop_reason": None, "status": "running",
+    }
     transitions.request_cancel(run_id, by="alice")
     assert client.post(f"/runs/{run_id}/heartbeat").json()["cancel_requested"] is True
 
@@ -21,7 +23,9 @@ def test_heartbeat_says_held_and_whether_a_cancel_is_pending(agent, held_run):
 def test_heartbeat_on_an_ended_run_says_not_held(agent, held_run):
     run_id = held_run()
     transitions.retire(run_id, by="alice")
-    assert agent[1].post(f"/runs/{run_id}/heartbeat").json() == {"held": False, "cancel_requested": True, "status": "cancelled"}
+    assert agent[1].post(f"/runs/{run_id}/heartbeat").json() == {
+        "held": False, "cancel_requested": True, "stop_reason": None, "status": "cancelled",
+    }
 
 
 def test_a_step_is_committed_whole_and_added_to_the_totals(agent, held_run):
