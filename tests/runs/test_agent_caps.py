@@ -155,7 +155,8 @@ def test_the_watchdog_asks_live_runs_of_a_capped_agent_to_stop_once():
     from runs import watchdog
 
     AgentPolicy.objects.create(agent="alpha", cost_cap_24h=Decimal("1"))
-    live = spent_run("alpha", cost="1", settle=False)
+    live = claim_new_run(worker="w2", agent="alpha")  # spent nothing itself: no commit of its own stops it
+    spent_run("alpha", cost="1")  # another run of the agent reaches the cap, and ends
     other = claim_new_run(worker="w3", agent="beta")
     queued = transitions.create_run(agent="alpha")
     report = watchdog.sweep()

@@ -136,3 +136,34 @@ def test_the_openapi_schema_documents_the_budgets_patch(operator):
     operation = schema["paths"]["/api/v1/runs/{run_id}/budgets"]["patch"]
     assert {"200", "400", "404", "409", "422"} <= set(operation["responses"])
     assert "429" in schema["paths"]["/api/v1/runs"]["post"]["responses"]
+
+
+def test_an_api_agent_stopped_by_a_lowered_budget_ends_completed_budget_exhausted(agent, operator, held_run):
+    """Lowered below what was spent: the agent hears the stop on its heartbeat, settles
+    as it says, and the run ends completed / budget_exhausted, truncated."""
+    run_id = held_run(token_budget=10_000)
+    _, client = agent
+    step = {"index": 0, "kind": "message", "text": "spent", "tokens_in": 400, "tokens_out": 100, "cost": 0.01}
+    assert client.post(f"/runs/{run_id}/steps", step).status_code == 201
+    assert patch(operator[1], run_id, {"token_budget": 300}).status_code == 200
+    beat = client.post(f"/runs/{run_id}/heartbeat").json()
+    assert (beat["cancel_requested"], beat["stop_reason"]) == (True, "budget_exhausted")
+    settled = client.post(f"/runs/{run_id}/settle", {"status": "completed", "reason": "budget_exhausted",
+                                                     "truncated": True})
+    assert settled.status_code == 200, settled.content
+    run = Run.objects.get(pk=run_id)
+    assert (run.status, run.termination_reason, run.truncated) == ("completed", "budget_exhausted", True)
+    stop = RunEvent.objects.get(run=run, kind="stop_requested")
+    assert stop.data["limit"] == "tokens"
+
+
+def test_an_agent_reaching_its_24h_cap_mid_run_is_asked_to_stop(agent, held_run):
+    AgentPolicy.objects.create(agent="ext", token_cap_24h=500)
+    run_id = held_run()
+    _, client = agent
+    step = {"index": 0, "kind": "message", "text": "big", "tokens_in": 500}
+    assert client.post(f"/runs/{run_id}/steps", step).status_code == 201
+    beat = client.post(f"/runs/{run_id}/heartbeat").json()
+    assert (beat["cancel_requested"], beat["stop_reason"]) == (True, "budget_exhausted")
+    assert RunEvent.objects.get(run_id=run_id, kind="stop_requested").data["limit"] == "agent_tokens_24h"
+    assert client.post("/runs", {"agent": "ext"}).status_code == 429
