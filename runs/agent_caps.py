@@ -13,6 +13,9 @@ runs (they stay queued, with the reason shown), the API answers 429
 `agent_budget_exhausted` to create or claim, and its live runs are asked to stop
 (`stop_live_runs`, from the watchdog's sweep and from `runs.budgets.enforce`).
 
+A released wait of a capped agent that an operator answers is queued again and stays
+queued like a fresh run until the spend falls below the cap (or the cap is raised).
+
 `capped_agents()` is on the claim hot path, so its answer is memoised per process for
 RUNWARDEN_AGENT_CAPS_MEMO_S seconds (0 turns the memo off): a worker may start one more
 run of an agent that crossed its cap within that window, never more than a memo's

@@ -176,3 +176,15 @@ def test_the_audit_page_lists_budget_changes(op_client):
     assert budget_edits.set_budgets(run.id, by="operator", source="dashboard", token_budget=300)
     html = op_client.get("/audit/").content.decode()
     assert "change budgets" in html and "token_budget 100 → 300" in html
+
+
+@pytest.mark.django_db
+def test_a_pending_budget_stop_says_which_limit_instead_of_aborting(op_client):
+    run = claim_new_run(token_budget=100)
+    commit(run, tokens=100)  # reaches the budget: the server asks the run to stop
+    html = op_client.get(f"/runs/{run.id}/").content.decode()
+    marker = re.search(r'data-testid="cancelling">([^<]*)<', html).group(1)
+    assert marker == "Stopping: budget exhausted (tokens)…"
+    assert bar(html, "tokens")[0] == "over"
+    listing = op_client.get("/").content.decode()
+    assert "Stopping: budget exhausted…" in listing and "Aborting…" not in listing
