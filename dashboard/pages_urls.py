@@ -16,5 +16,6 @@ urlpatterns = [
     path("runs/<uuid:run_id>/retry", views.retry, name="retry"),
     path("runs/<uuid:run_id>/approve", views.approve, name="approve"),
     path("runs/<uuid:run_id>/input", views.send_input, name="input"),
+    path("runs/<uuid:run_id>/budgets", views.budgets, name="budgets"),
     *ops_urlpatterns,
 ]

@@ -12,8 +12,8 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
-from dashboard import listing
-from runs import loops, rules
+from dashboard import budgetview, listing
+from runs import agent_caps, loops, rules
 from runs.models import Run, RunEvent, RunInput, Step
 
 TIMELINE_LIMIT = 500
@@ -55,6 +55,7 @@ def buttons(run, access):
         "retry": run.is_retryable and run.retried_at is None,
         "approve": run.status == Run.Status.WAITING_FOR_APPROVAL and not run.is_cancelling,
         "send_input": run.status == Run.Status.WAITING_FOR_INPUT and not run.is_cancelling,
+        "budgets": live,
     }
 
 
@@ -107,6 +108,10 @@ def header_context(run, access):
         "buttons": buttons(run, access),
         "stuck": rules.is_stuck(run),
         "retries": list(run.retries.order_by("created_at").values_list("pk", flat=True)),
+        "bars": budgetview.bars(run),
+        "held_back": agent_caps.held_back(run),
+        "stopping": budgetview.stopping(run),
+        "limits": budgetview.form_values(run),
     }
 
 

@@ -294,6 +294,8 @@ RUNWARDEN_WATCHDOG_S = env.number("RUNWARDEN_WATCHDOG_S", 2.0, minimum=0.05)
 RUNWARDEN_LOOP_REPEAT = env.number("RUNWARDEN_LOOP_REPEAT", 3, minimum=2, cast=int)
 RUNWARDEN_LOOP_FAILURES = env.number("RUNWARDEN_LOOP_FAILURES", 3, minimum=1, cast=int)
 RUNWARDEN_NO_PROGRESS_S = env.number("RUNWARDEN_NO_PROGRESS_S", 600.0, minimum=1)
+# How long a process trusts its answer to "which agents reached a 24 h cap" (runs/agent_caps.py); 0: never.
+RUNWARDEN_AGENT_CAPS_MEMO_S = env.number("RUNWARDEN_AGENT_CAPS_MEMO_S", 2.0, minimum=0)
 # /metrics: a bearer token, or an address in the allowlist (default: this machine only).
 RUNWARDEN_METRICS_TOKEN = os.environ.get("RUNWARDEN_METRICS_TOKEN", "")
 RUNWARDEN_METRICS_ALLOW = env.networks("RUNWARDEN_METRICS_ALLOW", ["127.0.0.1", "::1"])

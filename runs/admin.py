@@ -7,7 +7,7 @@ from django.contrib import admin, messages
 
 from runs import transitions
 from runs.clientip import client_ip
-from runs.models import AlertDelivery, AlertRule, ApiKey, Run, RunEvent, Step
+from runs.models import AgentPolicy, AlertDelivery, AlertRule, ApiKey, Run, RunEvent, Step
 
 
 class StepInline(admin.TabularInline):
@@ -119,3 +119,20 @@ class AlertDeliveryAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None):
         return False
+
+
+@admin.register(AgentPolicy)
+class AgentPolicyAdmin(admin.ModelAdmin):
+    """Per-agent guardrails: the rolling 24 h caps (also `manage.py budgets`) and the
+    loop policy. A cap already reached keeps new runs queued and asks live ones to stop
+    at the watchdog's next sweep."""
+
+    list_display = ("agent", "token_cap_24h", "cost_cap_24h", "loop_policy", "repeat_limit", "failure_limit",
+                    "no_progress_s", "updated_at", "updated_by")
+    list_filter = ("loop_policy",)
+    search_fields = ("agent",)
+    readonly_fields = ("updated_at", "updated_by")
+
+    def save_model(self, request, obj, form, change):
+        obj.updated_by = request.user.get_username()
+        super().save_model(request, obj, form, change)

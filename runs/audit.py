@@ -12,11 +12,12 @@ import csv
 from runs.models import RunEvent
 
 E = RunEvent.Kind
-ACTION_KINDS = (E.CANCEL_REQUESTED, E.STOP_REQUESTED, E.RETIRED, E.RETRIED, E.RESUMED, E.INPUT_QUEUED, E.REAPED)
+ACTION_KINDS = (E.CANCEL_REQUESTED, E.STOP_REQUESTED, E.RETIRED, E.RETRIED, E.RESUMED, E.INPUT_QUEUED, E.REAPED,
+                E.BUDGET_CHANGED)
 # event kind -> the action in the operator's words (the glossary's "abort", "retire";
 # a guardrail's "stop": a budget reached or a loop policy)
 ACTIONS = {E.CANCEL_REQUESTED: "abort", E.STOP_REQUESTED: "stop", E.RETIRED: "retire", E.RETRIED: "retry",
-           E.RESUMED: "answer", E.INPUT_QUEUED: "send input", E.REAPED: "reap"}
+           E.RESUMED: "answer", E.INPUT_QUEUED: "send input", E.REAPED: "reap", E.BUDGET_CHANGED: "change budgets"}
 # stored source -> the word shown (a stopping worker's and a policy's: the worker's)
 WHERE = {"dashboard": "dashboard", "cli": "cli", "api": "api", "admin": "admin", "watchdog": "watchdog",
          "worker": "worker", "guardrail": "guardrail", "policy": "worker", "shutdown": "worker"}
@@ -46,8 +47,20 @@ def as_row(event):
         "action": action(event),
         "run_id": str(event.run_id),
         "run_title": event.run.title,
-        "note": (event.data or {}).get("note", ""),
+        "note": (event.data or {}).get("note", "") or changes_text(event),
     }
+
+
+def changes_text(event):
+    """A budget change in words: "token_budget 100 → 500; deadline none → 2030-…"."""
+    changes = (event.data or {}).get("changes") if event.kind == E.BUDGET_CHANGED else None
+    if not isinstance(changes, dict):
+        return ""
+    return "; ".join(f"{name} {_shown(old)} → {_shown(new)}" for name, (old, new) in changes.items())
+
+
+def _shown(value):
+    return "none" if value is None else str(value)
 
 
 def action(event):

@@ -12,6 +12,7 @@ budget_exhausted): it ends completed/budget_exhausted, truncated. The check read
 totals the committing UPDATE returned, so a commit under budget costs no query.
 """
 
+from runs import agent_caps
 from runs.models import Run
 
 LIMITS = (
@@ -43,15 +44,16 @@ def note(limit, used, budget):
 
 
 def enforce(run):
-    """Ask `run` (as its last UPDATE returned it) to stop when a budget is reached and
-    nothing is pending yet. Returns the StopOutcome, or None when within budget."""
+    """Ask `run` (as its last UPDATE returned it) to stop when a budget is reached, or
+    its agent's 24 h cap (`runs.agent_caps.enforce`), and nothing is pending yet.
+    Returns the StopOutcome, or None when within budget."""
     from runs import transitions  # runs.transitions imports this module
 
     if run is None or run.status in Run.TERMINAL or run.cancel_requested_at is not None:
         return None
     found = crossed(run)
     if found is None:
-        return None
+        return agent_caps.enforce(run)  # the agent's rolling 24 h caps, from this process's memo
     limit, used, budget = found
     return transitions.request_stop(
         run.id, reason=Run.TerminationReason.BUDGET_EXHAUSTED, limit=limit, note=note(limit, used, budget),

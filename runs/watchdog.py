@@ -13,6 +13,8 @@ thresholds are `runs.rules`:
     cancel not honoured   cancel older than RUNWARDEN_CANCEL_GRACE_S       escalate: the worker is told
                                                                            to stop hard (once)
     hard stop ignored     escalated over RUNWARDEN_CANCEL_ESCALATE_S ago   retire
+    agent over its cap    live, its agent's 24 h spend reached a cap       request stop: budget_exhausted
+                          (runs/agent_caps.py), no stop or abort pending   (agent_tokens_24h / _cost_24h)
     ignored and silent    not honoured, heartbeat stale as well            retire at once
     no progress           running and heartbeating, nothing new for the    flag no_progress (once); under
                           agent's T (RUNWARDEN_NO_PROGRESS_S)              the agent's `stop` policy, stop
@@ -32,7 +34,7 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db.models import Q
 
-from runs import loops, rules, transitions
+from runs import agent_caps, loops, rules, transitions
 from runs.alerts import delivery as alert_delivery
 from runs.alerts import scans as alert_scans
 from runs.models import Run
@@ -52,11 +54,12 @@ class Sweep:
     expired: list = field(default_factory=list)  # waits nobody answered in time
     alerts: int = 0  # deliveries the alert scans wrote (stuck, waiting too long, failure rate)
     no_progress: list = field(default_factory=list)  # flagged: heartbeating, going nowhere (runs.loops)
+    agent_capped: list = field(default_factory=list)  # live runs of an agent over its 24 h cap, asked to stop
 
     @property
     def acted(self):
         return bool(self.reaped or self.deadline_stopped or self.retired or self.escalated or self.expired
-                    or self.no_progress)
+                    or self.no_progress or self.agent_capped)
 
 
 def stop_past_deadline(run_ids=None, *, by="watchdog", source=WATCHDOG, limit=500):
@@ -86,6 +89,7 @@ def sweep(*, stuck_s=None, reap_s=None, grace_s=None, escalate_s=None, limit=500
     report.deadline_stopped = stop_past_deadline(limit=limit)
     report.reaped = transitions.reap_stale(older_than=limits.reap, limit=limit)
     report.expired = transitions.expire_waits(limit=limit)
+    report.agent_capped = agent_caps.stop_live_runs(limit=limit)
 
     silent = rules.silent(limits.stuck)
     ignored = Run.objects.filter(rules.not_honoured(limits.grace))
@@ -118,9 +122,9 @@ def sweep(*, stuck_s=None, reap_s=None, grace_s=None, escalate_s=None, limit=500
     if report.acted:
         log.info(
             "watchdog: %d reaped, %d stopped at deadline, %d told to stop hard, %d retired (cancel not honoured),"
-            " %d waits expired, %d flagged no progress",
+            " %d waits expired, %d flagged no progress, %d asked to stop (agent 24 h cap)",
             len(report.reaped), len(report.deadline_stopped), len(report.escalated), len(report.retired),
-            len(report.expired), len(report.no_progress),
+            len(report.expired), len(report.no_progress), len(report.agent_capped),
         )
     return report
 

@@ -4,7 +4,7 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 
-from runs import transitions
+from runs import agent_caps, transitions
 from runs.models import Run
 
 
@@ -21,6 +21,15 @@ def pytest_sessionstart(session):
 # dashboard.asgi (which turns the pool on for servers). The pool itself is exercised by
 # the daphne subprocesses of tests/dashboard/test_outage.py, which ask for it.
 os.environ["RUNWARDEN_DB_POOL"] = "0"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_agent_caps():
+    """The per-process memo of capped agents (runs/agent_caps.py) must not carry one
+    test's rolled-back policies and runs into the next."""
+    agent_caps.forget()
+    yield
+    agent_caps.forget()
 
 
 def claim_new_run(*, worker="w1", agent="scripted", title="a run", **kwargs):

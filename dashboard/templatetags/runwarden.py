@@ -12,6 +12,8 @@ from django import template
 from django.utils import timezone
 from django.utils.html import format_html
 
+from runs import agent_caps
+
 register = template.Library()
 
 
@@ -146,6 +148,12 @@ def stuck(run):
     from runs import rules
 
     return rules.is_stuck(run)
+
+
+@register.filter
+def held_back(run):
+    """Why a queued run stays queued ("queued: agent cost cap $5.00/24 h reached"), or ""."""
+    return agent_caps.held_back(run)
 
 
 @register.filter

@@ -15,9 +15,9 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from dashboard import clientip, runview
+from dashboard import budgetview, clientip, runview
+from runs import budget_edits, rules, transitions
 from runs import bulk as runs_bulk
-from runs import rules, transitions
 from runs.models import Run
 from runs.transitions import CancelOutcome, Kind, parse_id
 from runs.transitions.outcomes import NO_SUCH_RUN
@@ -55,14 +55,15 @@ def answer_outcome(request, run_id, outcome, message=None):
                   message or outcome.label)
 
 
-def answer(request, run_id, status, level, message, *, goto=None):
+def answer(request, run_id, status, level, message, *, goto=None, extra=None):
     """The actions partial (htmx) or a redirect with a flash message."""
     if request.htmx or status in (403, 404):
         run = runview.get_run(run_id) if run_id else None
         if run is None:
             context = {"message": message, "level": level}
             return render(request, "runs/detail.html#outcome", context, status=status)
-        context = {**runview.header_context(run, runview.Access.of(request.user)), "message": message, "level": level}
+        context = {**runview.header_context(run, runview.Access.of(request.user)), "message": message, "level": level,
+                   **(extra or {})}
         return render(request, "runs/action_answer.html", context, status=status)
     getattr(messages, level)(request, message)
     return redirect(goto or reverse("dashboard:run", args=[run_id]), permanent=False)
@@ -118,6 +119,36 @@ def send_input(request, run_id):
     outcome = transitions.resume(run_id, expect=Run.Status.WAITING_FOR_INPUT, by=request.user, answer={"text": text},
                                  client=clientip.client_ip(request))
     return answer_outcome(request, run_id, outcome, f"Sent. {outcome.label}" if outcome else None)
+
+
+@operator_action
+def budgets(request, run_id):
+    """Raise or lower the run's limits (only the fields changed on the form); audited
+    as budget_changed. A limit lowered to what was spent asks the run to stop."""
+    try:
+        limits = budgetview.parse_form(request.POST)
+        if not limits:
+            outcome = budget_edits.BudgetOutcome.UNCHANGED if runview.get_run(run_id) else None
+            if outcome is None:
+                return answer(request, None, 404, "error", NO_SUCH_RUN)
+        else:
+            outcome = budget_edits.set_budgets(run_id, by=request.user, source=Run.CancelSource.DASHBOARD,
+                                               client=clientip.client_ip(request), **limits)
+    except ValueError as error:
+        if runview.get_run(run_id) is None:
+            return answer(request, None, 404, "error", NO_SUCH_RUN)
+        return answer(request, run_id, 400, "warning", str(error))
+    status, level = ANSWERS[outcome.kind]
+    message = outcome.label
+    if outcome == budget_edits.BudgetOutcome.CHANGED:
+        message = "Budgets changed: " + ", ".join(_change_words(name, value) for name, value in limits.items()) + "."
+    return answer(request, run_id if outcome.kind != Kind.NOT_FOUND else None, status, level, message,
+                  extra={"refresh_budgets": True})
+
+
+def _change_words(name, value):
+    label = {"token_budget": "tokens", "cost_budget": "cost", "tool_call_budget": "tool calls"}.get(name, name)
+    return f"{label} no limit" if value is None else f"{label} {value}"
 
 
 @operator_action

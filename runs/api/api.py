@@ -9,6 +9,7 @@ from runs.api import (
     answers,
     control,
     errors,
+    views_budgets,
     views_events,
     views_operator,
     views_runs,
@@ -86,4 +87,5 @@ api.add_router("", views_work.router)
 api.add_router("", views_events.router)
 api.add_router("", control.router)
 api.add_router("", views_operator.router)
+api.add_router("", views_budgets.router)
 api.add_router("", answers.router)

@@ -21,16 +21,18 @@ CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_fo
 class ApiError(Exception):
     """An answer other than success: raised anywhere in a view, rendered by `install`.
 
-    `extra` adds top-level keys next to "error" (a 409 carries the outcome that stands).
+    `extra` adds top-level keys next to "error" (a 409 carries the outcome that stands);
+    `headers` are set on the response (a 429's Retry-After).
     """
 
-    def __init__(self, status, message, *, code=None, fields=None, extra=None):
+    def __init__(self, status, message, *, code=None, fields=None, extra=None, headers=None):
         super().__init__(message)
         self.status = status
         self.code = code or CODES.get(status, "error")
         self.message = message
         self.fields = fields or {}
         self.extra = extra or {}
+        self.headers = headers or {}
 
     def body(self):
         return {"error": {"code": self.code, "message": self.message, "fields": self.fields}, **self.extra}
@@ -38,6 +40,16 @@ class ApiError(Exception):
 
 def error_body(status, message, *, code=None, fields=None):
     return ApiError(status, message, code=code, fields=fields).body()
+
+
+def agent_capped(agent, capped, retry_after=None):
+    """429 `agent_budget_exhausted`: `agent` reached a 24 h cap (`capped`, a
+    runs.agent_caps.Capped); Retry-After when the window's runs tell when it frees."""
+    return ApiError(
+        429, f"{agent}: {capped.reason}; its runs stay queued until its 24 h spend falls below the cap",
+        code="agent_budget_exhausted", fields={"agent": capped.reason}, extra={"limit": capped.limit},
+        headers={"Retry-After": str(retry_after)} if retry_after else None,
+    )
 
 
 def too_large(message):
@@ -49,6 +61,8 @@ def install(api):
 
     def respond(request, error):
         response = api.create_response(request, error.body(), status=error.status)
+        for name, value in error.headers.items():
+            response[name] = value
         if error.status == 401:
             response["WWW-Authenticate"] = 'Bearer realm="runwarden"'
         return response

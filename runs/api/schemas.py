@@ -39,6 +39,7 @@ class CreateRunIn(Strict):
     token_budget: Annotated[int, Field(ge=1, le=INT63, strict=True)] | None = None
     cost_budget: Annotated[Decimal, Field(gt=0, le=Decimal(99999999), max_digits=14, decimal_places=6)] | None = None
     deadline: AwareDatetime | None = Field(None, description="ISO 8601 with a UTC offset")
+    tool_call_budget: Annotated[int, Field(ge=1, le=INT32, strict=True)] | None = None
     claim: StrictBool = Field(False, description="create and claim in one step: the run comes back running, held by this key")
 
     @field_validator("deadline")
@@ -90,10 +91,28 @@ class RunOut(Schema):
     token_budget: int | None
     cost_budget: float | None
     deadline: datetime | None
+    tool_call_budget: int | None
     totals: Totals
     error_class: str
     error_message: str
     retry_of: str | None
+
+
+class BudgetsIn(Strict):
+    """A limit left out stays as it is; null clears it. At least one is required."""
+
+    token_budget: Annotated[int, Field(ge=1, le=INT63, strict=True)] | None = None
+    cost_budget: Annotated[Decimal, Field(gt=0, le=Decimal(99999999), max_digits=14, decimal_places=6)] | None = None
+    tool_call_budget: Annotated[int, Field(ge=1, le=INT32, strict=True)] | None = None
+    deadline: AwareDatetime | None = Field(None, description="ISO 8601 with a UTC offset, in the future")
+
+    _bounded = field_validator("deadline")(CreateRunIn._bounded.__func__)
+
+    @model_validator(mode="after")
+    def _something(self):
+        if not self.model_fields_set:
+            raise ValueError("give at least one of token_budget, cost_budget, tool_call_budget, deadline")
+        return self
 
 
 class HeartbeatOut(Schema):

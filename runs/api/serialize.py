@@ -36,6 +36,7 @@ def run_out(run):
         "token_budget": run.token_budget,
         "cost_budget": float(run.cost_budget) if run.cost_budget is not None else None,
         "deadline": run.deadline,
+        "tool_call_budget": run.tool_call_budget,
         "totals": {
             "tokens_in": run.tokens_in,
             "tokens_out": run.tokens_out,

@@ -7,7 +7,7 @@ from django.db import connection, transaction
 from django.db.models import DateTimeField, ExpressionWrapper, F, Q
 from django.db.models.functions import Coalesce, Now
 
-from runs import broadcast, messages
+from runs import agent_caps, broadcast, messages
 from runs.models import Run, RunEvent, RunInput
 from runs.transitions._guard import ALLOWED_FROM, E, S, Heartbeat, actor_name, guarded, origin, parse_id, refused, standing
 from runs.transitions.outcomes import ClaimOutcome, ResumeOutcome, SuspendOutcome
@@ -62,18 +62,24 @@ def create_run(
 
 
 def claim(run_id, *, worker):
-    """Take a queued run for `worker`: CLAIMED, else NOT_QUEUED (taken, or waiting),
-    ALREADY_TERMINAL or NOT_FOUND."""
-    if _claim(run_id, worker) is not None:
+    """Take a queued run for `worker`: CLAIMED, else AGENT_CAPPED (its agent reached a
+    24 h cap: it stays queued), NOT_QUEUED (taken, or waiting), ALREADY_TERMINAL or
+    NOT_FOUND."""
+    capped = agent_caps.capped_agents()
+    if _claim(run_id, worker, guard=~Q(agent__in=list(capped)) if capped else None) is not None:
         return ClaimOutcome.CLAIMED
-    return refused(standing(run_id), ClaimOutcome, ClaimOutcome.NOT_QUEUED)
+    row = standing(run_id, "agent")
+    if row is not None and row["status"] == S.QUEUED and row["agent"] in capped:
+        return ClaimOutcome.AGENT_CAPPED
+    return refused(row, ClaimOutcome, ClaimOutcome.NOT_QUEUED)
 
 
-def _claim(run_id, worker, resumed=False):
+def _claim(run_id, worker, resumed=False, guard=None):
     return guarded(
         run_id,
         "claim",
         event=E.CLAIMED,
+        guard=guard,
         actor=worker,
         data={"resumed": True} if resumed else None,
         status=S.RUNNING,
@@ -94,12 +100,22 @@ def claim_next(*, worker, agents=None):
     On PostgreSQL the candidate is locked with FOR UPDATE SKIP LOCKED so many workers
     claim different runs without waiting on each other; SQLite serialises writers with
     IMMEDIATE transactions instead. Either way the UPDATE re-checks `status = queued`.
+
+    Runs of an agent that reached a 24 h cap are skipped (they stay queued): the capped
+    set is read once per call, from a per-process memo (`runs.agent_caps`).
     """
+    capped = agent_caps.capped_agents()
+    if agents:
+        agents = [agent for agent in agents if agent not in capped]
+        if not agents:
+            return None
     for _ in range(5):
         with transaction.atomic():
             queued = Run.objects.filter(status=S.QUEUED)
             if agents:
                 queued = queued.filter(agent__in=list(agents))
+            elif capped:
+                queued = queued.exclude(agent__in=list(capped))
             resumed = True
             candidate = _first(queued.filter(started_at__isnull=False).order_by("started_at"))
             if candidate is None:

@@ -103,6 +103,7 @@ class ClaimOutcome(Outcome):
 
     CLAIMED = "claimed", D, "Claimed."
     NOT_QUEUED = "not_queued", X, "Not claimed: the run is not queued any more."
+    AGENT_CAPPED = "agent_capped", X, "Not claimed: its agent reached a 24 h budget cap; the run stays queued."
     ALREADY_TERMINAL = "already_terminal", X, "Not claimed: the run has ended."
     NOT_FOUND = "not_found", N, NO_SUCH_RUN
 

@@ -21,6 +21,13 @@ export interface AnswersOut {
   "inputs": Array<AnswerOut>;
 }
 
+export interface BudgetsIn {
+  "token_budget"?: number | null;
+  "cost_budget"?: number | string | null;
+  "tool_call_budget"?: number | null;
+  "deadline"?: string | null;
+}
+
 export interface CancelIn {
   "note"?: string;
 }
@@ -69,6 +76,7 @@ export interface CreateRunIn {
   "token_budget"?: number | null;
   "cost_budget"?: number | string | null;
   "deadline"?: string | null;
+  "tool_call_budget"?: number | null;
   "claim"?: boolean;
 }
 
@@ -165,6 +173,7 @@ export interface RunOut {
   "token_budget": number | null;
   "cost_budget": number | null;
   "deadline": string | null;
+  "tool_call_budget": number | null;
   "totals": Totals;
   "error_class": string;
   "error_message": string;

@@ -37,7 +37,8 @@ def duration(text):
 
 
 class Command(BaseCommand):
-    help = "Inspect and stop runs: abort, retire, show, list, stuck, reap; manage agent API keys (apikey)."
+    help = ("Inspect and stop runs: abort, retire, budget, show, list, stuck, reap; manage agent API keys "
+            "(apikey).")
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="action", required=True)
@@ -48,6 +49,12 @@ class Command(BaseCommand):
         retire = sub.add_parser("retire", help="end a run now, without its worker (a worker that is gone)")
         retire.add_argument("run_id")
         retire.add_argument("--note", default="", help="why, for the timeline")
+        budget = sub.add_parser("budget", help="raise or lower a run's limits mid-run ('none' clears one)")
+        budget.add_argument("run_id")
+        budget.add_argument("--tokens", help="token budget (in + out), or none")
+        budget.add_argument("--cost", help="cost budget in dollars, or none")
+        budget.add_argument("--tool-calls", dest="tool_calls", help="tool-call budget, or none")
+        budget.add_argument("--deadline", help="from now (30m, 2h) or an ISO 8601 time with offset, or none")
         show = sub.add_parser("show", help="one run with its timeline")
         show.add_argument("run_id")
         listing = sub.add_parser("list", help="newest runs first")
@@ -102,6 +109,19 @@ class Command(BaseCommand):
             raise CommandError(f"{outcome.label} ({run.status} / {run.reason_label})", returncode=code)
         self.stdout.write(outcome.label)
 
+    def do_budget(self, run_id, tokens=None, cost=None, tool_calls=None, deadline=None, **_):
+        from runs import budget_edits
+
+        given = {"token_budget": tokens, "cost_budget": cost, "tool_call_budget": tool_calls, "deadline": deadline}
+        limits = {name: _limit(name, text) for name, text in given.items() if text is not None}
+        if not limits:
+            raise CommandError("nothing to change: give --tokens, --cost, --tool-calls or --deadline", returncode=2)
+        try:
+            outcome = budget_edits.set_budgets(run_id, by=operator(), source=Run.CancelSource.CLI, **limits)
+        except ValueError as error:
+            raise CommandError(str(error), returncode=2) from None
+        self._answer(run_id, outcome)
+
     def do_show(self, run_id, **_):
         run = self._get(run_id)
         fields = [
@@ -112,6 +132,7 @@ class Command(BaseCommand):
             ("finished", run.finished_at), ("heartbeat", run.heartbeat_at),
             ("cancel requested", _cancel_line(run)),
             *([("waits until", run.wait_deadline)] if run.is_released else []),
+            ("limits", _limits_line(run)),
             ("totals", f"{run.steps} steps, {run.tool_calls} tool calls, "
                        f"{run.tokens_in}/{run.tokens_out} tokens in/out, cost {run.cost}"),
             ("error", f"{run.error_class}: {run.error_message}" if run.error_class else "-"),
@@ -180,9 +201,35 @@ class Command(BaseCommand):
                 )
 
 
+def _limit(name, text):
+    """A limit as typed: 'none' clears it; numbers are checked by set_budgets; a
+    deadline is a duration from now or an ISO time."""
+    text = text.strip()
+    if text.lower() == "none":
+        return None
+    if name == "deadline":
+        try:
+            return timezone.now() + parse_duration(text)
+        except ValueError:
+            return text  # an ISO time, or set_budgets says what is wrong with it
+    if name == "cost_budget":
+        return text.lstrip("$")
+    if not text.isdigit():
+        option = {"token_budget": "--tokens", "tool_call_budget": "--tool-calls"}[name]
+        raise CommandError(f"{option} must be a whole number or none, not {text!r}", returncode=2)
+    return int(text)
+
+
 def _row(run):
     cancelling = " aborting…" if run.is_cancelling else ""
     return f"{run.id}  {run.status:<20} {run.reason_label or '-':<17} {run.agent:<12} {run.title}{cancelling}"
+
+
+def _limits_line(run):
+    parts = [f"{run.token_budget} tokens" if run.token_budget else "", f"${run.cost_budget}" if run.cost_budget else "",
+             f"{run.tool_call_budget} tool calls" if run.tool_call_budget else "",
+             f"deadline {run.deadline}" if run.deadline else ""]
+    return ", ".join(p for p in parts if p) or "none"
 
 
 def _cancel_line(run):
