@@ -121,7 +121,7 @@ def test_settling_under_a_budget_stop_ends_completed_budget_exhausted_truncated(
     row = Run.objects.get(pk=run_id)
     assert (row.status, row.termination_reason, row.truncated) == ("completed", "budget_exhausted", True)
     kinds = list(RunEvent.objects.filter(run_id=run_id).values_list("kind", flat=True))
-    assert "stop_requested" in kinds and "cancelled" not in kinds
+    assert "stop_requested" in kinds and "cancel_requested" not in kinds  # a stop, not an abort
 
 
 @pytest.mark.django_db
