@@ -48,6 +48,7 @@ export interface ConflictOut {
   "status"?: string;
   "reason"?: string;
   "settled"?: boolean | null;
+  "stop_reason"?: string | null;
 }
 
 export interface ControlOut {
@@ -122,6 +123,7 @@ export interface EventsOut {
   "accepted": number;
   "relayed": number;
   "cancel_requested": boolean;
+  "stop_reason"?: string | null;
 }
 
 export interface EventsPageOut {
