@@ -153,6 +153,8 @@ class EventsOut(Schema):
     accepted: int
     relayed: int = Field(description="messages sent to live viewers after coalescing")
     cancel_requested: bool
+    stop_reason: str | None = Field(None, description="set with cancel_requested when a guardrail asks the stop "
+                                    "(budget_exhausted, policy_denied): settle with that reason")
 
 
 class ToolCallIn(Strict):
@@ -373,6 +375,8 @@ class ConflictOut(ErrorOut):
     status: str = ""
     reason: str = ""
     settled: bool | None = None
+    stop_reason: str | None = Field(None, description="with code `cancel_requested`, when a guardrail asks the stop "
+                                    "(budget_exhausted, policy_denied): settle with that reason")
 
 
 # The error answers every operation documents (413: a body over 1 MiB).

@@ -50,11 +50,19 @@ def run_out(run):
     }
 
 
+# How an agent settles when a guardrail's stop is pending, as the 409 says it.
+STOP_ENDINGS = {
+    Run.TerminationReason.BUDGET_EXHAUSTED: "completed/budget_exhausted (truncated)",
+    Run.TerminationReason.POLICY_DENIED: "failed/policy_denied",
+}
+
+
 def conflict(run, worker, *, index=None, **extra):
     """Why a guarded change by `worker` on `run` (re-read now) lost, as a 409 body.
 
     The most useful reason first: an ended run says how it ended; a pending cancel
-    tells the agent to stop and settle cancelled."""
+    tells the agent to stop and settle cancelled (a guardrail's stop: with its reason,
+    `stop_reason`, beside the same code, so a client that knows only cancels still stops)."""
     run = Run.objects.get(pk=run.pk)
     fields = {}
     if run.is_terminal:
@@ -63,6 +71,10 @@ def conflict(run, worker, *, index=None, **extra):
         code, message = "not_claimed", "the run is queued: claim it first"
     elif run.worker != worker:
         code, message = "not_held", "another worker holds this run"
+    elif run.cancel_requested_at is not None and run.stop_reason:
+        ending = STOP_ENDINGS.get(run.stop_reason, run.stop_reason)
+        code, message = "cancel_requested", f"a guardrail's stop is pending: discard the step in flight and settle {ending}"
+        extra = {"stop_reason": run.stop_reason, **extra}
     elif run.cancel_requested_at is not None:
         code, message = "cancel_requested", "a cancel is pending: discard the step in flight and settle cancelled/cancelled"
     elif index is not None and run.steps != index:

@@ -24,7 +24,7 @@ MAX_EVENTS = 500
 
 def _beat_held_run(key, run_id, events):
     """Heartbeat the live run this key holds and keep the batch's text for late viewers;
-    (run, whether a cancel is pending). Else ApiError 404/403, 409 saying why not
+    (run, the beat: whether a cancel or a guardrail's stop is pending). Else ApiError 404/403, 409 saying why not
     (`run_ended`, `not_claimed`, `not_held`, `step_committed`) or 422 `wrong_step`.
     A pending cancel is no reason to refuse: viewers still see the text up to the stop."""
     run = run_for(key, run_id, only=("id", "status", "worker", "cancel_requested_at", "steps"))
@@ -36,7 +36,7 @@ def _beat_held_run(key, run_id, events):
         raise ApiError(409, error["message"], code=error["code"], extra=body)
     _check_steps(run, events)
     inflight.record(run.pk, events)
-    return run, beat.cancel_requested
+    return run, beat
 
 
 def _check_steps(run, events):
@@ -64,7 +64,8 @@ async def post_events(request, run_id: str, payload: EventsIn):
     (`step_committed`); 422 `wrong_step` for a step beyond the one in flight."""
     if len(payload.events) > MAX_EVENTS:
         raise too_large(f"at most {MAX_EVENTS} events per request; send several batches")
-    run, cancel_requested = await db_call(_beat_held_run)(request.auth, run_id, payload.events)
+    run, beat = await db_call(_beat_held_run)(request.auth, run_id, payload.events)
     messages = coalesce(run.pk, payload.events)
     relayed = await relay(run.pk, messages)
-    return Status(200, {"accepted": len(payload.events), "relayed": relayed, "cancel_requested": cancel_requested})
+    return Status(200, {"accepted": len(payload.events), "relayed": relayed, "cancel_requested": beat.cancel_requested,
+                        "stop_reason": beat.stop or None})

@@ -37,6 +37,39 @@ class Cancelled(Exception):
         self.source, self.note, self.hard, self.lost = source, note, hard, lost
 
 
+class Stopped(Cancelled):
+    """A guardrail asked the run to stop: a budget it crossed (`reason` "budget_exhausted")
+    or its agent's loop policy ("policy_denied"). A kind of `Cancelled`, so code that
+    catches Cancelled stops for it too, at the same checkpoints. The run's context manager
+    discards the step in flight and settles as `ending()` says: completed/budget_exhausted,
+    truncated (the money ran out, not an error), or failed/policy_denied — not cancelled."""
+
+    def __init__(self, reason, source="", note="", *, hard=False):
+        super().__init__(source, note or f"stopped: {reason}", hard=hard)
+        self.reason = reason
+
+    def ending(self):
+        """(status, reason, extra settle fields) for this stop; an unknown reason (a newer
+        server's) settles cancelled, which the server records as the stop's own ending."""
+        return STOP_ENDINGS.get(self.reason, ("cancelled", "cancelled", {}))
+
+
+STOP_ENDINGS = {
+    "budget_exhausted": ("completed", "budget_exhausted", {"truncated": True}),
+    "policy_denied": ("failed", "policy_denied", {}),
+}
+
+
+def ending_of(cancel):
+    """How a run settles after `cancel` (a Cancelled or a Stopped): (status, reason, fields)."""
+    return cancel.ending() if isinstance(cancel, Stopped) else ("cancelled", "cancelled", {})
+
+
+def pending_note(stop):
+    """The note of a cancel heard without one (a heartbeat's, a batch's or a 409's answer)."""
+    return f"a guardrail's stop is pending ({stop})" if stop else "a cancel is pending"
+
+
 class Failed(Exception):
     """Raise it to end the run failed with a chosen `reason` (default `provider_failed`,
     retryable) and a `message` that is safe to show operators."""
@@ -59,17 +92,28 @@ def failure_of(exc):
 
 
 class Signal:
-    """The one-shot stop of a run: set once, by whichever channel hears first."""
+    """The one-shot stop of a run: set once, by whichever channel hears first. `stop`: the
+    reason of a guardrail's stop (the signal is then a `Stopped`)."""
 
     def __init__(self):
         self.reason = None
         self.delivered = False  # raised to the agent at a checkpoint
 
-    def set(self, source="", note="", *, hard=False, lost=False):
-        if self.reason is None or (hard and not self.reason.hard):
+    def set(self, source="", note="", *, hard=False, lost=False, stop=None):
+        current = self.reason
+        if current is not None:
+            stop = stop or getattr(current, "reason", None)  # the hard stop of an escalated stop is still that stop
+            hard, lost = hard or current.hard, lost or current.lost
+            # Changed only to harden it, or to name the stop before the agent met a bare cancel.
+            news = (hard and not current.hard) or (stop and not isinstance(current, Stopped) and not current.lost
+                                                   and not self.delivered)
+            if not news:
+                return False
+        if stop and not lost:
+            self.reason = Stopped(stop, source, note, hard=hard)
+        else:
             self.reason = Cancelled(source, note, hard=hard, lost=lost)
-            return True
-        return False
+        return True
 
     def __bool__(self):
         return self.reason is not None

@@ -3,7 +3,9 @@
 Same verbs, awaited. One thing more: a cancel interrupts the task that entered
 `async with run` (`interrupt=True`, the default), so an agent stops at its very next
 await — a model call, a tool, a sleep — not only at its next checkpoint. The
-`CancelledError` that raises is turned back into a settled `cancelled` run on the way out.
+`CancelledError` that raises is turned back into a settled `cancelled` run on the way out
+(a guardrail's stop, `Stopped`, into the stop's ending: completed/budget_exhausted or
+failed/policy_denied).
 """
 
 import asyncio
@@ -71,7 +73,7 @@ class AsyncClient:
 
 
 class AsyncRun:
-    """See `runwarden_client.Run`; `async with run:` settles it the same three ways."""
+    """See `runwarden_client.Run`; `async with run:` settles it the same ways."""
 
     def __init__(self, client, data, *, interrupt=True):
         self.client, self.data, self.id, self.input = client, data, data["id"], data.get("input") or {}
@@ -180,9 +182,9 @@ class AsyncRun:
         try:
             if exc is None:
                 await self._finish_completed()
-            elif isinstance(exc, Cancelled):
+            elif isinstance(exc, Cancelled):  # a Stopped too: it settles as the stop says
                 await self._discard("cancelled")
-                await self.settle("cancelled", "cancelled")
+                await self._settle_stopped(exc)
                 return True
             elif isinstance(exc, asyncio.CancelledError):  # the caller cancelled us: a shutdown
                 await self._discard("failed")
@@ -204,9 +206,15 @@ class AsyncRun:
             if self.state.text or self.state.tool_calls:
                 await self.step()
             await self.settle("completed", "completed")
-        except Cancelled:
+        except Cancelled as late:
             await self._discard("cancelled")
-            await self.settle("cancelled", "cancelled")
+            await self._settle_stopped(late)
+
+    async def _settle_stopped(self, cancel):
+        """Settle after `cancel`: cancelled, or a `Stopped`'s own ending (completed/
+        budget_exhausted truncated, failed/policy_denied)."""
+        status, reason, fields = c.ending_of(cancel)
+        await self.settle(status, reason, **fields)
 
     # --- plumbing ---------------------------------------------------------------------
 
@@ -219,7 +227,8 @@ class AsyncRun:
     def _conflict(self, answer):
         code = ((answer or {}).get("error") or {}).get("code", "conflict")
         if code == "cancel_requested":
-            self._stop("server", "a cancel is pending")
+            stop = (answer or {}).get("stop_reason")
+            self._stop("server", c.pending_note(stop), stop=stop)
         elif code in ("run_ended", "not_held", "not_claimed"):
             self._stop("server", f"the run is no longer ours ({code})", lost=True)
         else:
@@ -245,7 +254,7 @@ class AsyncRun:
             if status == 409:
                 self._conflict(answer)
             if answer and answer.get("cancel_requested"):
-                self._stop("server", "a cancel is pending")
+                self._stop("server", c.pending_note(answer.get("stop_reason")), stop=answer.get("stop_reason"))
 
     async def _wait(self, status, request):
         self.checkpoint()
@@ -292,7 +301,7 @@ class AsyncRun:
         _, beat = await self.client.request("POST", f"/runs/{self.id}/heartbeat")
         self._last_contact = time.monotonic()
         if beat.get("cancel_requested"):
-            self._stop("server", "a cancel is pending")
+            self._stop("server", c.pending_note(beat.get("stop_reason")), stop=beat.get("stop_reason"))
         elif not beat.get("held"):
             self._stop("server", f"the run is no longer ours ({beat.get('status')})", lost=True)
 
@@ -313,7 +322,8 @@ class AsyncRun:
                 continue
             body = response.json()
             if body.get("cancel"):
-                self._stop(body["cancel"].get("source", ""), body["cancel"].get("note", ""))
+                cancel = body["cancel"]
+                self._stop(cancel.get("source", ""), cancel.get("note", ""), stop=cancel.get("stop_reason"))
             elif not body.get("held"):
                 self._stop("server", f"the run is no longer ours ({body.get('status')})", lost=True)
             if body.get("inputs") and not self._take(body["inputs"]):

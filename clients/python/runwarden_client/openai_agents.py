@@ -11,7 +11,9 @@ each model turn (its text, its tool calls with their outputs, the turn's token u
 and checks the run's cancel at every event. An operator's Abort interrupts the task at
 its next await (the `AsyncRun` cancels it): `watched` then cancels the SDK's own run
 (`result.cancel()`, so no further model call or tool starts), and the run settles
-cancelled with the half turn discarded. `run_streamed(run, agent, input)` does both
+cancelled with the half turn discarded. A guardrail's stop (a budget the run crossed)
+stops it the same way and settles completed/budget_exhausted, truncated (or failed/
+policy_denied for a loop policy). `run_streamed(run, agent, input)` does both
 lines' work in one call, for agents that do not look at the events.
 """
 

@@ -6,7 +6,9 @@
 
 A cancel heard on any path (the long-poll, a heartbeat's or an events batch's answer,
 a 409 from steps) sets the run's one-shot signal; the agent's thread meets it at its
-next checkpoint (`stream`, `call_tool`, `step`, `checkpoint`) as `Cancelled`.
+next checkpoint (`stream`, `call_tool`, `step`, `checkpoint`) as `Cancelled` — or, when
+a guardrail asked the stop (a budget crossed, a loop policy), as `Stopped`, a Cancelled
+that carries the stop's `reason` (every one of those answers says it: `stop_reason`).
 """
 
 import queue
@@ -79,7 +81,9 @@ class Client:
 class Run:
     """A run this key holds. Use it as a context manager: on return it settles
     completed (committing text streamed since the last step); on `Cancelled` it reports
-    the step in flight as discarded and settles cancelled (the exception ends there);
+    the step in flight as discarded and settles cancelled (the exception ends there); on
+    `Stopped` (a guardrail's stop) it discards the same way and settles as the stop says,
+    completed/budget_exhausted truncated or failed/policy_denied (it ends there too);
     on any other exception it discards, settles failed with a safe message and re-raises."""
 
     def __init__(self, client, data):
@@ -99,7 +103,8 @@ class Run:
     # --- the agent's verbs ------------------------------------------------------------
 
     def checkpoint(self):
-        """Raise `Cancelled` if a cancel (or the loss of the run) has been heard."""
+        """Raise `Cancelled` if a cancel (or the loss of the run) has been heard; `Stopped`
+        (a Cancelled) for a guardrail's stop."""
         if self.signal:
             self.signal.delivered = True
             raise self.signal.reason
@@ -199,9 +204,9 @@ class Run:
                 exc = self.signal.reason
             if exc is None:
                 self._finish_completed()
-            elif isinstance(exc, Cancelled):
+            elif isinstance(exc, Cancelled):  # a Stopped too: it settles as the stop says
                 self._discard("cancelled")
-                self.settle("cancelled", "cancelled")
+                self._settle_stopped(exc)
                 return True
             else:
                 reason, error_class, message = c.failure_of(exc)
@@ -218,9 +223,15 @@ class Run:
             if self.state.text or self.state.tool_calls:
                 self.step()
             self.settle("completed", "completed")
-        except Cancelled:  # the cancel beat the last step: it is discarded, as any other
+        except Cancelled as late:  # the cancel beat the last step: it is discarded, as any other
             self._discard("cancelled")
-            self.settle("cancelled", "cancelled")
+            self._settle_stopped(late)
+
+    def _settle_stopped(self, cancel):
+        """Settle after `cancel`: cancelled, or a `Stopped`'s own ending (completed/
+        budget_exhausted truncated, failed/policy_denied)."""
+        status, reason, fields = c.ending_of(cancel)
+        self.settle(status, reason, **fields)
 
     # --- plumbing ---------------------------------------------------------------------
 
@@ -231,7 +242,8 @@ class Run:
     def _conflict(self, answer):
         code = ((answer or {}).get("error") or {}).get("code", "conflict")
         if code == "cancel_requested":
-            self._stop("server", "a cancel is pending")
+            stop = (answer or {}).get("stop_reason")
+            self._stop("server", c.pending_note(stop), stop=stop)
         elif code in ("run_ended", "not_held", "not_claimed"):
             self._stop("server", f"the run is no longer ours ({code})", lost=True)
         else:
@@ -257,7 +269,7 @@ class Run:
             if status == 409:
                 self._conflict(answer)
             if answer and answer.get("cancel_requested"):
-                self._stop("server", "a cancel is pending")
+                self._stop("server", c.pending_note(answer.get("stop_reason")), stop=answer.get("stop_reason"))
 
     def _wait(self, status, request):
         self.checkpoint()
@@ -300,7 +312,7 @@ class Run:
                         self._flush_locked()
                 if time.monotonic() - self._last_contact >= self.client.heartbeat_s:
                     self._heartbeat()
-            except Cancelled:
+            except Cancelled as late:
                 pass  # the signal is set; the agent's thread meets it at its checkpoint
             except RunwardenError:
                 pass  # retried for retry_for_s already; the next round tries again
@@ -311,7 +323,7 @@ class Run:
         _, beat = self.client.request("POST", f"/runs/{self.id}/heartbeat")
         self._last_contact = time.monotonic()
         if beat.get("cancel_requested"):
-            self._stop("server", "a cancel is pending")
+            self._stop("server", c.pending_note(beat.get("stop_reason")), stop=beat.get("stop_reason"))
         elif not beat.get("held"):
             self._stop("server", f"the run is no longer ours ({beat.get('status')})", lost=True)
 
@@ -334,7 +346,8 @@ class Run:
                 continue
             body = response.json()
             if body.get("cancel"):
-                self._stop(body["cancel"].get("source", ""), body["cancel"].get("note", ""))
+                cancel = body["cancel"]
+                self._stop(cancel.get("source", ""), cancel.get("note", ""), stop=cancel.get("stop_reason"))
             elif not body.get("held"):
                 self._stop("server", f"the run is no longer ours ({body.get('status')})", lost=True)
             if body.get("inputs") and not self._take(body["inputs"]):

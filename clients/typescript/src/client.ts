@@ -80,7 +80,9 @@ export class Client {
   }
 
   /** Create and claim a run, run `body` in it, and settle: completed when it resolves,
-   * cancelled when it throws Cancelled (resolves undefined), failed (safe message) otherwise (rethrown). */
+   * cancelled when it throws Cancelled (resolves undefined), as the stop says when it throws Stopped
+   * (completed/budget_exhausted truncated or failed/policy_denied; resolves undefined), failed (safe
+   * message) otherwise (rethrown). */
   async withRun<T>(agent: string, fields: Omit<CreateRunIn, "agent" | "claim">,
                    body: (run: Run) => Promise<T>): Promise<T | undefined> {
     const run = await this.run(agent, fields);

@@ -11,8 +11,10 @@
 // constructor given as `WebSocket`), authenticated with a one-use ticket (never the key in
 // a URL); else the long-poll. A heartbeat's, an events batch's or a step's answer carries
 // a cancel too. A cancel sets `run.cancelled` and aborts `run.signal`; `checkpoint()`,
-// `stream()`, `step()`, `callTool()` and `sleep()` then throw `Cancelled`.
+// `stream()`, `step()`, `callTool()` and `sleep()` then throw `Cancelled` — or `Stopped` (a
+// Cancelled with a `reason`) when a guardrail asked the stop: the run then settles
+// completed/budget_exhausted (truncated) or failed/policy_denied, as the stop says.
 export type * from "./schema.js";
-export { Cancelled, Failed, RunwardenError } from "./errors.js";
+export { Cancelled, Failed, RunwardenError, Stopped } from "./errors.js";
 export { Client, type ClientOptions } from "./client.js";
 export { Run, type Answer } from "./run.js";

@@ -4,7 +4,9 @@ import type {
   AnswerOut, ControlOut, DiscardIn, EventsOut, HeartbeatOut, RunOut, SettleIn, SettleOut, StepIn, TicketOut, ToolCallIn,
 } from "./schema.js";
 import type { Client } from "./client.js";
-import { backoff, Cancelled, codePoints, Failed, MAX_EVENTS, newCallId, RunwardenError } from "./errors.js";
+import {
+  backoff, Cancelled, codePoints, endingOf, Failed, heard, type Heard, MAX_EVENTS, newCallId, pendingNote, RunwardenError,
+} from "./errors.js";
 
 /** An operator's answer to a waiting run (see docs/agent-api.md, "Operator answers"). */
 export type Answer = AnswerOut;
@@ -83,7 +85,11 @@ export class Run {
 
   /** Resolves after `ms`, or throws Cancelled as soon as a cancel is heard. */
   sleep(ms: number): Promise<void> {
-    return this.race(new Promise((resolve) => setTimeout(resolve, ms)));
+    this.checkpoint(); // before the timer, or a cancel heard already would leave it behind
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    // The timer goes with a cancel: a pending one would keep the process alive after the run.
+    return this.race(new Promise<void>((resolve) => { timer = setTimeout(resolve, ms); }))
+      .finally(() => clearTimeout(timer));
   }
 
   /** Run `fn(args)` as tool call `name`, shown live; a cancel abandons it at once (Cancelled). */
@@ -154,7 +160,8 @@ export class Run {
     return this;
   }
 
-  /** Settle as `within` does, from the error the body ended with (undefined: it returned). */
+  /** Settle as `within` does, from the error the body ended with (undefined: it returned): completed,
+   * cancelled on Cancelled, the stop's ending on Stopped, failed otherwise. */
   async finish(error?: unknown): Promise<void> {
     try {
       if (error === undefined && this.delivered) error = this.cancelled;
@@ -168,9 +175,10 @@ export class Run {
           error = late;
         }
       }
-      if (error instanceof Cancelled) {
+      if (error instanceof Cancelled) { // a Stopped too: it settles as the stop says
+        const [status, reason, truncated] = endingOf(error);
         await this.discard("cancelled");
-        await this.settle("cancelled", "cancelled");
+        await this.settle(status, reason, truncated ? { truncated } : {});
         return;
       }
       const [reason, errorClass, message] = error instanceof Failed
@@ -199,10 +207,12 @@ export class Run {
 
   // --- plumbing -----------------------------------------------------------------------
 
-  private stop(cancel: Cancelled): void {
-    if (this.cancelled && !(cancel.hard && !this.cancelled.hard)) return;
-    this.cancelled = cancel;
-    this.abort.abort(cancel);
+  /** Hear a cancel: see `heard` (errors.ts). */
+  private stop(source: string, note: string, how: Heard = {}): void {
+    const cancel = heard(this.cancelled, this.delivered, source, note, how);
+    if (!cancel) return;
+    this.cancelled = cancel; // first: aborting runs the listeners, which throw `this.cancelled`
+    this.abort.abort(cancel); // a second time is a no-op
     this.answerWaiter?.();
   }
 
@@ -217,9 +227,9 @@ export class Run {
 
   private conflict(answer: any): never {
     const code = answer?.error?.code ?? "conflict";
-    if (code === "cancel_requested") this.stop(new Cancelled("server", "a cancel is pending"));
+    if (code === "cancel_requested") this.stop("server", pendingNote(answer?.stop_reason), { stop: answer?.stop_reason });
     else if (["run_ended", "not_held", "not_claimed"].includes(code)) {
-      this.stop(new Cancelled("server", `the run is no longer ours (${code})`, false, true));
+      this.stop("server", `the run is no longer ours (${code})`, { lost: true });
     } else throw new RunwardenError(409, code, answer?.error?.message ?? "", answer);
     this.checkpoint();
     throw this.cancelled;
@@ -252,7 +262,7 @@ export class Run {
       const [status, answer] = await this.client.request<EventsOut>("POST", `/runs/${this.id}/events`, { events: batch });
       this.lastContact = Date.now();
       if (status === 409) this.conflict(answer);
-      if (answer?.cancel_requested) this.stop(new Cancelled("server", "a cancel is pending"));
+      if (answer?.cancel_requested) this.stop("server", pendingNote(answer.stop_reason), { stop: answer.stop_reason });
     }
   }
 
@@ -323,8 +333,8 @@ export class Run {
       else if (old >= this.client.opts.heartbeatMs) {
         const [, beat] = await this.client.request<HeartbeatOut>("POST", `/runs/${this.id}/heartbeat`);
         this.lastContact = Date.now();
-        if (beat.cancel_requested) this.stop(new Cancelled("server", "a cancel is pending"));
-        else if (!beat.held) this.stop(new Cancelled("server", `the run is no longer ours (${beat.status})`, false, true));
+        if (beat.cancel_requested) this.stop("server", pendingNote(beat.stop_reason), { stop: beat.stop_reason });
+        else if (!beat.held) this.stop("server", `the run is no longer ours (${beat.status})`, { lost: true });
       }
     } catch {
       // retried already; the next tick tries again (a cancel found here is in `cancelled`)
@@ -355,8 +365,8 @@ export class Run {
       `/runs/${this.id}/control?wait=${this.client.opts.pollS}`, undefined, { signal: this.done.signal });
     this.controlVia = "long-poll";
     if (status !== 200) return;
-    if (body.cancel) this.stop(new Cancelled(body.cancel.source, body.cancel.note));
-    else if (!body.held) this.stop(new Cancelled("server", `the run is no longer ours (${body.status})`, false, true));
+    if (body.cancel) this.stop(body.cancel.source, body.cancel.note, { stop: body.cancel.stop_reason });
+    else if (!body.held) this.stop("server", `the run is no longer ours (${body.status})`, { lost: true });
     if (body.inputs?.length && !this.take(body.inputs)) await new Promise((resolve) => setTimeout(resolve, 100));
   }
 
@@ -380,7 +390,8 @@ export class Run {
       socket.onmessage = (message) => {
         const frame = JSON.parse(String(message.data));
         if (frame.type === "ready") this.controlVia = "socket";
-        else if (frame.type === "cancel") this.stop(new Cancelled(frame.source, frame.note, frame.hard === true));
+        else if (frame.type === "cancel") this.stop(frame.source, frame.note, { hard: frame.hard === true });
+        else if (frame.type === "stop") this.stop(frame.source, frame.note, { stop: frame.reason });
         else if (frame.type === "input") this.take([frame.input]);
       };
       socket.onerror = () => { if (!opened) reject(new Error("control socket failed")); };
@@ -389,7 +400,7 @@ export class Run {
         this.done.signal.removeEventListener("abort", closeOnStop);
         // 4403/4404: not (or no longer) this key's run. Anything else: reconnect, a new ticket.
         if ((event.code === 4403 || event.code === 4404) && !this.done.signal.aborted) {
-          this.stop(new Cancelled("server", `control socket refused (${event.code})`, false, true));
+          this.stop("server", `control socket refused (${event.code})`, { lost: true });
         }
         opened ? resolve() : reject(new Error(`control socket closed ${event.code}`));
       };

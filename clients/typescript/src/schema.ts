@@ -55,6 +55,7 @@ export interface ConflictOut {
   "status"?: string;
   "reason"?: string;
   "settled"?: boolean | null;
+  "stop_reason"?: string | null;
 }
 
 export interface ControlOut {
@@ -130,6 +131,7 @@ export interface EventsOut {
   "accepted": number;
   "relayed": number;
   "cancel_requested": boolean;
+  "stop_reason"?: string | null;
 }
 
 export interface EventsPageOut {

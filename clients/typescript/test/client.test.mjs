@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import net from "node:net";
 import { test } from "node:test";
 
-import { Cancelled, Client, Failed } from "../dist/index.js";
+import { Cancelled, Client, Failed, Stopped } from "../dist/index.js";
 
 const URL = process.env.RUNWARDEN_URL;
 const KEY = process.env.RUNWARDEN_KEY;
@@ -163,4 +163,51 @@ test("an approval is answered: approved goes on, denied does not run the tool", 
   assert.deepEqual(ran, ["/tmp/a"]);
   const row = await read(id);
   assert.deepEqual([row.status, row.totals.steps], ["completed", 1]);
+});
+
+test("streaming past the token budget is stopped: Stopped names it, the run ends budget_exhausted", async () => {
+  const client = new Client(URL, KEY, options);
+  let id, caught;
+  const value = await client.withRun("ts-agent", { token_budget: 30 }, async (run) => {
+    id = run.id;
+    try {
+      for (;;) { // a greedy agent: it never looks at its own spend
+        run.stream("tick ");
+        run.usage(5, 5);
+        await run.step();
+      }
+    } catch (error) {
+      caught = error;
+      throw error;
+    }
+  });
+  assert.equal(value, undefined);
+  assert.ok(caught instanceof Stopped && caught instanceof Cancelled, String(caught));
+  assert.equal(caught.reason, "budget_exhausted");
+  const row = await read(id);
+  assert.deepEqual([row.status, row.termination_reason, row.truncated, row.totals.steps],
+    ["completed", "budget_exhausted", true, 3]);
+});
+
+test("a stop heard on the control channel while idle interrupts a sleep and settles as it says", async () => {
+  const client = new Client(URL, KEY, options);
+  let id, caught, runRef = {};
+  await client.withRun("ts-agent", { token_budget: 20 }, async (run) => {
+    id = run.id;
+    runRef = run;
+    // The socket says when it is ready; a long-poll is in flight from the start (it says so on return).
+    if (SOCKET) await until(() => run.controlVia === "socket");
+    await run.step("over", { tokens_out: 25 }); // committed; the server then asks the stop
+    try {
+      for (;;) await run.sleep(60_000); // no checkpoint here: the stop must come to it
+    } catch (error) {
+      caught = error;
+      throw error;
+    }
+  });
+  assert.ok(caught instanceof Stopped, String(caught));
+  assert.equal(caught.reason, "budget_exhausted");
+  assert.equal(runRef.controlVia, viaExpected);
+  const row = await read(id);
+  assert.deepEqual([row.status, row.termination_reason, row.truncated], ["completed", "budget_exhausted", true]);
 });

@@ -76,7 +76,7 @@ async def test_a_batch_reaches_live_viewers_coalesced():
     events = [delta(0, i, "x") for i in range(500)]
     response = await client.post(f"/api/v1/runs/{run_id}/events", json.dumps({"events": events}), content_type="application/json")
     assert response.status_code == 200
-    assert response.json() == {"accepted": 500, "relayed": 1, "cancel_requested": False}
+    assert response.json() == {"accepted": 500, "relayed": 1, "cancel_requested": False, "stop_reason": None}
     message = await layer.receive(channel)
     assert (message["type"], message["run_id"], message["text"]) == ("run.progress", run_id, "x" * 500)
 
