@@ -102,11 +102,15 @@ def _agent_of(run_id):
         agent = Run.objects.filter(pk=run_id).values_list("agent", flat=True).first()
         if agent is None:
             return None
-        with _lock:
-            _agents[run_id] = agent
-            while len(_agents) > AGENTS_KEPT:
-                _agents.popitem(last=False)
+        _remember_agent(run_id, agent)
     return agent
+
+
+def _remember_agent(run_id, agent):
+    with _lock:
+        _agents[run_id] = agent
+        while len(_agents) > AGENTS_KEPT:
+            _agents.popitem(last=False)
 
 
 # --- the step rules -----------------------------------------------------------------------
@@ -120,12 +124,15 @@ def failed(call):
     return "error" in call and call.get("error") is not None
 
 
-def after_commit(run_id, step):
+def after_commit(run_id, step, *, agent=None):
     """Check the step rules for `step`, just committed to `run_id` (a Step, or None when
     the commit lost: nothing to do). Runs once the surrounding transaction (if any, as
-    the API's idempotent commit) has committed. Never raises."""
+    the API's idempotent commit) has committed. Never raises. `agent`: the run's, when
+    the caller has it (the commit's UPDATE returned it), so it is not read again."""
     if step is None:
         return
+    if agent:
+        _remember_agent(run_id, agent)
     if not step.tool_calls:  # the sequence of tool calls did not change: nothing new can be flagged
         transaction.on_commit(lambda: _passed(run_id, step.index))
         return
@@ -229,6 +236,8 @@ TAILS_KEPT = 4096
 
 
 def _known_tail(run_id, index):
+    if index == 0:
+        return [], True  # the first step: no earlier call to read back
     with _lock:
         entry = _tails.get(run_id)
     return entry[1] if entry is not None and entry[0] == index - 1 else None

@@ -61,7 +61,7 @@ def commit_step(run_id, *, worker, index, kind, text="", tool_calls=(), tokens_i
         )
         events.append(run_id, E.STEP_COMMITTED, actor=worker, index=index, kind=kind)
     step.stopping = budgets.enforce(changed[0])  # after commit: the stop is a transition of its own
-    loops.after_commit(run_id, step)  # loop detection, once committed; may set `stopping` too (runs.loops)
+    loops.after_commit(run_id, step, agent=changed[0].agent)  # loop detection, once committed; may set `stopping` too (runs.loops)
     return step
 
 
