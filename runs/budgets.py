@@ -15,6 +15,11 @@ totals the committing UPDATE returned, so a commit under budget costs no query.
 from runs import agent_caps
 from runs.models import Run
 
+# What `enforce` reads of the run (and the agent caps and loop detection after it): all a
+# committing UPDATE needs to return.
+FIELDS = ("agent", "status", "cancel_requested_at", "tokens_in", "tokens_out", "cost", "tool_calls",
+          "token_budget", "cost_budget", "tool_call_budget")
+
 LIMITS = (
     # (limit, budget field, words)
     ("tokens", "token_budget", "token"),

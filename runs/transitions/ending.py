@@ -12,6 +12,7 @@ from runs.transitions._guard import (
     terminal,
 )
 from runs.transitions.outcomes import CancelOutcome, RetireOutcome, SettleOutcome
+from runs.transitions.stopping import ENDINGS as STOP_ENDINGS
 
 TOTALS = ("tokens_in", "tokens_out", "cost", "steps", "tool_calls")
 ERROR_MESSAGE_LIMIT = 2000
@@ -132,25 +133,36 @@ def settle(
         raise ValueError(f"{reason!r} is not a termination reason for {status!r}")
     if truncated and reason not in Run.TRUNCATING:
         raise ValueError(f"{reason!r} cannot be truncated")
-    if status == S.COMPLETED:
-        outcome = {**terminal(status, reason), "truncated": truncated}
-    else:  # a failure or a cancel: a pending request's ending wins (stopped_or)
-        outcome = stopped_or(status, reason)
-    changes = {
-        **outcome,
-        **_totals(totals),
-        "error_class": (error_class or "")[:200],
-        "error_message": safe_message(error_message),
-    }
-    run = guarded(
-        run_id,
-        "settle",
-        event=E.SETTLED,
-        guard=Q(worker=worker) if worker else None,
-        actor=worker or "",
-        data=lambda run: {"truncated": run.truncated, "error_class": changes["error_class"]},
-        **changes,
-    )
+    held = Q(worker=worker) if worker else Q()
+    details = {**_totals(totals), "error_class": (error_class or "")[:200], "error_message": safe_message(error_message)}
+
+    def attempt(guard, outcome):
+        return guarded(
+            run_id,
+            "settle",
+            event=E.SETTLED,
+            guard=held & guard,
+            actor=worker or "",
+            data=lambda run: {"truncated": run.truncated, "error_class": details["error_class"]},
+            **outcome,
+            **details,
+        )
+
+    if status == S.CANCELLED:
+        # The settle of every abort: plain values (no CASE to compile on the operator's
+        # wait). A guardrail's stop pending instead makes this guard lose; then the run
+        # is settled with that stop's own ending, guarded on the same stop.
+        run = attempt(Q(stop_reason=""), {**terminal(status, reason), "truncated": False})
+        if run is None:
+            row = standing(run_id, "stop_reason")
+            if row is not None and row["status"] in Run.LIVE and row["stop_reason"] in STOP_ENDINGS:
+                stopped, cut = STOP_ENDINGS[row["stop_reason"]]
+                run = attempt(Q(stop_reason=row["stop_reason"]), {**terminal(stopped, row["stop_reason"]),
+                                                                  "truncated": cut})
+    elif status == S.COMPLETED:
+        run = attempt(Q(), {**terminal(status, reason), "truncated": truncated})
+    else:  # a failure: a pending request's ending wins (stopped_or)
+        run = attempt(Q(), stopped_or(status, reason))
     if run is None:
         return _ignore_late_settle(run_id, worker, status, reason)
     honoured = run.stop_reason and run.termination_reason == run.stop_reason

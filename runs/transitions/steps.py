@@ -42,6 +42,7 @@ def commit_step(run_id, *, worker, index, kind, text="", tool_calls=(), tokens_i
         # `steps=index` makes a replayed or out-of-order commit lose instead of leaving a gap.
         changed = run_id is not None and update_returning(
             held,
+            fields=budgets.FIELDS,
             steps=F("steps") + 1,
             tool_calls=F("tool_calls") + len(tool_calls),
             **spend,
@@ -78,6 +79,7 @@ def record_discard(run_id, *, worker, index, text="", tool_calls=(), tokens_in=0
     with transaction.atomic():
         changed = run_id is not None and update_returning(
             held,
+            fields=budgets.FIELDS,
             tokens_in=F("tokens_in") + tokens_in,
             tokens_out=F("tokens_out") + tokens_out,
             cost=F("cost") + cost,
